@@ -1,0 +1,30 @@
+# Everything runs from the project's own virtual environment, made by `make install`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON ?= python3
+
+.PHONY: install serve test lint typecheck unit bench bench-smoke
+
+install:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	# torch first and pinned: the CPU wheel on disk; an unpinned torch pulls a multi-GB CUDA build.
+	$(PY) -m pip install torch==2.13.0
+	$(PY) -m pip install -e '.[test,bench]'
+
+serve:
+	$(VENV)/bin/scorekit serve $(ARGS)
+
+lint:
+	$(VENV)/bin/ruff check scorekit tests bench
+	$(VENV)/bin/ruff format --check scorekit tests bench
+	$(VENV)/bin/mypy
+
+test: lint
+	$(PY) -m pytest -q
+
+bench:
+	$(PY) -m bench $(ARGS)
+
+bench-smoke:
+	$(PY) -m bench --smoke

@@ -1,0 +1,1 @@
+"""The HTTP API: plain async endpoint functions and the route table."""

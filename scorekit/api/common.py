@@ -1,0 +1,120 @@
+"""What the scoring endpoints share: typed decoding, model checks, ids, and engine error mapping."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import cache
+from typing import Any, TypeVar
+
+import msgspec
+import torch
+
+from scorekit.api.state import ServerState
+from scorekit.engine import Engine, Overloaded
+from scorekit.http import HTTPError, Request, bad_request
+from scorekit.models.base import Encoded, InputTooLong
+from scorekit.worker import ModelFailure
+
+S = TypeVar("S", bound=msgspec.Struct)
+T = TypeVar("T")
+
+logger = logging.getLogger("scorekit.api")
+_FIELD_AT = re.compile(r"at `\$\.([A-Za-z_0-9]+)")
+_MISSING = re.compile(r"missing required field `([A-Za-z_0-9]+)`")
+_RETRY_AFTER = [(b"retry-after", b"1")]
+
+
+@cache
+def _decoder(kind: type[S]) -> msgspec.json.Decoder[S]:
+    return msgspec.json.Decoder(kind)
+
+
+def decode(request: Request, kind: type[S]) -> S:
+    """The typed body, or a 400 that names the offending field."""
+    media_type = (request.header("content-type") or "").split(";")[0].strip().lower()
+    if media_type != "application/json":
+        raise bad_request("Unsupported Media Type: Only 'application/json' is allowed", "content-type")
+    try:
+        decoded = _decoder(kind).decode(request.body)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        found = _FIELD_AT.search(message) or _MISSING.search(message)
+        raise bad_request(message, found.group(1) if found else None) from None
+    except msgspec.DecodeError as exc:
+        raise bad_request(f"Invalid JSON: {exc}") from None
+    if logger.isEnabledFor(logging.DEBUG):
+        _log_ignored_fields(request.body, kind)
+    return decoded
+
+
+def _log_ignored_fields(body: bytes, kind: type[msgspec.Struct]) -> None:
+    raw: Any = msgspec.json.decode(body)
+    ignored = sorted(set(raw) - set(kind.__struct_fields__))
+    if ignored:
+        logger.debug("The following fields were present in the request but ignored: %s", ignored)
+
+
+def check_model(state: ServerState, model: str | None) -> str:
+    """The served name; any other non-empty name is a 404 (as vLLM answers)."""
+    if model and model != state.served_model_name:
+        raise HTTPError(404, f"The model `{model}` does not exist.", param="model")
+    return state.served_model_name
+
+
+def response_id(request: Request, prefix: str) -> str:
+    return f"{prefix}-{request.header('x-request-id') or uuid.uuid4().hex}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def check_count(state: ServerState, count: int, param: str) -> None:
+    limit = state.settings.max_items_per_request
+    if count > limit:
+        raise bad_request(
+            f"{count} inputs were given; this server accepts at most {limit} per request.", param
+        )
+
+
+def not_supported(api: str) -> HTTPError:
+    return HTTPError(501, f"The model does not support {api} API.")
+
+
+@contextmanager
+def engine_errors(param_of: Callable[[int], str] | None = None) -> Iterator[None]:
+    """Map engine and backend failures to the error shape; ``param_of`` names an input by index."""
+    try:
+        yield
+    except Overloaded as exc:
+        raise HTTPError(
+            503,
+            f"The server is busy and cannot accept new requests ({exc}). Please try again later.",
+            headers=list(_RETRY_AFTER),
+        ) from None
+    except InputTooLong as exc:
+        raise bad_request(str(exc), param_of(exc.index) if param_of else "input_tokens") from None
+    except ModelFailure as exc:
+        raise HTTPError(500, str(exc)) from None
+    except ValueError as exc:
+        raise bad_request(str(exc)) from None
+
+
+async def run_admitted(
+    state: ServerState,
+    tokenize: Callable[[], list[Encoded]],
+    *,
+    chars: int,
+    param_of: Callable[[int], str] | None = None,
+) -> tuple[list[Encoded], list[torch.Tensor]]:
+    """Admit, tokenize (off the loop when large) and run one request's inputs on the model."""
+    engine: Engine = state.ready_engine()
+    with engine_errors(param_of), engine.admit():
+        inputs = await engine.prepare(tokenize, chars=chars)
+        outputs = await engine.run(inputs)
+    return inputs, outputs

@@ -1,0 +1,78 @@
+"""POST /generative_scoring: label-token probabilities of a causal LM's next token."""
+
+from __future__ import annotations
+
+import torch
+
+from scorekit.api.common import (
+    check_count,
+    check_model,
+    decode,
+    not_supported,
+    now,
+    response_id,
+    run_admitted,
+)
+from scorekit.api.state import ServerState
+from scorekit.http import Request, bad_request
+from scorekit.models.causal_lm import CausalLMBackend
+from scorekit.schemas import GenerativeScoreData, GenerativeScoringRequest, GenerativeScoringResponse, Usage
+
+
+async def generative_scoring(request: Request) -> GenerativeScoringResponse:
+    state: ServerState = request.state
+    body = decode(request, GenerativeScoringRequest)
+    model = check_model(state, body.model)
+    backend = state.ready_engine().backend
+    if not isinstance(backend, CausalLMBackend):
+        raise not_supported("Generative Scoring")
+    _check_items(body, backend.vocab_size)
+    check_count(state, len(body.items), "items")
+    try:
+        backend.check_labels(body.label_token_ids)
+    except ValueError as exc:
+        raise bad_request(str(exc), "label_token_ids") from None
+    labels = body.label_token_ids
+    inputs, outputs = await run_admitted(
+        state,
+        lambda: backend.encode_prompts(
+            body.query,
+            body.items,
+            labels,
+            item_first=body.item_first,
+            add_special_tokens=body.add_special_tokens,
+        ),
+        chars=sum(len(item) for item in body.items) + len(body.query),
+        param_of=lambda i: f"items[{i}]",
+    )
+    distinct = [labels.index(label) for label in dict.fromkeys(labels)]  # duplicates collapse, as in vLLM
+    data = []
+    for i, logprobs in enumerate(outputs):
+        if body.apply_softmax:
+            logprobs = logprobs - torch.logsumexp(logprobs[distinct], dim=0)
+        probabilities = [float(p) for p in logprobs.exp().tolist()]
+        data.append(GenerativeScoreData(index=i, score=probabilities[0], scores=probabilities))
+    prompt_tokens = sum(item.cost for item in inputs)
+    return GenerativeScoringResponse(
+        id=response_id(request, "generative-scoring"),
+        created=now(),
+        model=model,
+        data=data,
+        usage=Usage(
+            prompt_tokens=prompt_tokens,
+            total_tokens=prompt_tokens + len(outputs),
+            completion_tokens=len(outputs),
+        ),
+    )
+
+
+def _check_items(body: GenerativeScoringRequest, vocab_size: int) -> None:
+    if not body.items:
+        raise bad_request("items must contain at least one item.", "items")
+    if len({isinstance(item, str) for item in body.items}) > 1:
+        raise bad_request("items must be all strings or all token-id lists, not a mix.", "items")
+    for name, ids in [("query", body.query), *((f"items[{i}]", item) for i, item in enumerate(body.items))]:
+        if not isinstance(ids, str) and any(not 0 <= token < vocab_size for token in ids):
+            raise bad_request(
+                f"{name} holds a token id outside the vocabulary range [0, {vocab_size}).", name
+            )

@@ -1,0 +1,60 @@
+"""/openapi.json, generated from the route table and the msgspec Structs (never written by hand)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+
+from scorekit.routing import Alias, Route
+from scorekit.schemas import ErrorBody
+
+_REF = "#/components/schemas/{name}"
+
+
+def build_openapi(table: Iterable[Route | Alias], *, title: str, version: str) -> bytes:
+    entries = list(table)
+    routes = {entry.path: entry for entry in entries if isinstance(entry, Route)}
+    types = {ErrorBody, *(t for r in routes.values() for t in (r.body, r.returns) if t is not None)}
+    ordered = sorted(types, key=lambda t: t.__name__)
+    _, components = msgspec.json.schema_components(ordered, ref_template=_REF)
+    paths: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        route = routes[entry.to] if isinstance(entry, Alias) else entry
+        operation = _operation(route, entry.path)
+        if isinstance(entry, Alias):
+            operation = {**operation, "deprecated": True, "summary": f"Alias of {route.path}."}
+        paths.setdefault(entry.path, {})[route.method.lower()] = operation
+    document = {
+        "openapi": "3.1.0",
+        "info": {"title": title, "version": version},
+        "paths": paths,
+        "components": {"schemas": components},
+    }
+    return msgspec.json.encode(document)
+
+
+def _operation(route: Route, path: str) -> dict[str, Any]:
+    error = {"content": {"application/json": {"schema": {"$ref": _REF.format(name="ErrorBody")}}}}
+    ok: dict[str, Any] = {"description": "OK"}
+    if route.returns is not None:
+        ok["content"] = {"application/json": {"schema": {"$ref": _REF.format(name=route.returns.__name__)}}}
+    operation: dict[str, Any] = {
+        "summary": route.summary,
+        "operationId": path.strip("/").replace("/", "_").replace(".", "_"),
+        "responses": {"200": ok, "400": {**error, "description": "Bad request"}},
+    }
+    if route.body is not None:
+        schema = {"$ref": _REF.format(name=route.body.__name__)}
+        operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": schema}}}
+        operation["responses"].update(
+            {
+                "404": {**error, "description": "Unknown model"},
+                "413": {**error, "description": "Body too large"},
+                "500": {**error, "description": "The model failed on this batch"},
+                "501": {**error, "description": "The model does not support this API"},
+                "503": {**error, "description": "Busy: retry after the Retry-After header"},
+            }
+        )
+    return operation

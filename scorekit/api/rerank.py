@@ -1,0 +1,42 @@
+"""POST /rerank (Jina/Cohere shape): one query against many documents, best first."""
+
+from __future__ import annotations
+
+from msgspec import UNSET
+
+from scorekit.api.common import check_count, check_model, decode, response_id
+from scorekit.api.pairs import PairOptions, score_pairs
+from scorekit.api.state import ServerState
+from scorekit.http import Request, bad_request
+from scorekit.schemas import RerankDocument, RerankRequest, RerankResponse, RerankResult, RerankUsage
+
+
+async def rerank(request: Request) -> RerankResponse:
+    state: ServerState = request.state
+    body = decode(request, RerankRequest)
+    model = check_model(state, body.model)
+    texts = [doc if isinstance(doc, str) else doc.text for doc in body.documents]
+    if not texts:
+        raise bad_request("At least one text_pair element must be given", "documents")
+    check_count(state, len(texts), "documents")
+    options = PairOptions(body.truncate_prompt_tokens, body.truncation_side, body.use_activation)
+    scores, tokens = await score_pairs(
+        state, [body.query], texts, options, lambda side, i: "query" if side == 0 else f"documents[{i}]"
+    )
+    order = sorted(range(len(texts)), key=lambda i: -scores[i])  # stable: ties keep input order
+    if 0 < body.top_n < len(order):
+        order = order[: body.top_n]
+    results = [
+        RerankResult(
+            index=i,
+            relevance_score=scores[i],
+            document=RerankDocument(text=texts[i]) if body.return_documents else UNSET,
+        )
+        for i in order
+    ]
+    return RerankResponse(
+        id=response_id(request, "score"),
+        model=model,
+        usage=RerankUsage(prompt_tokens=tokens, total_tokens=tokens),
+        results=results,
+    )

@@ -1,0 +1,53 @@
+"""POST /score: 1:1, 1:N or N:N text pairs, in any of vLLM's four spellings of the two sides."""
+
+from __future__ import annotations
+
+from scorekit.api.common import check_count, check_model, decode, now, response_id
+from scorekit.api.pairs import PairOptions, score_pairs
+from scorekit.api.state import ServerState
+from scorekit.http import Request, bad_request
+from scorekit.schemas import ScoreData, ScoreRequest, ScoreResponse, TextSide, Usage
+
+SPELLINGS = (("queries", "documents"), ("queries", "items"), ("data_1", "data_2"), ("text_1", "text_2"))
+_SIDE_FIELDS = ("queries", "documents", "items", "data_1", "data_2", "text_1", "text_2")
+
+
+async def score(request: Request) -> ScoreResponse:
+    state: ServerState = request.state
+    body = decode(request, ScoreRequest)
+    model = check_model(state, body.model)
+    names, side1, side2 = _sides(body)
+    check_count(state, max(len(side1), len(side2)), names[1])
+    options = PairOptions(body.truncate_prompt_tokens, body.truncation_side, body.use_activation)
+    scores, tokens = await score_pairs(state, side1, side2, options, lambda side, i: f"{names[side]}[{i}]")
+    return ScoreResponse(
+        id=response_id(request, "score"),
+        created=now(),
+        model=model,
+        data=[ScoreData(index=i, score=value) for i, value in enumerate(scores)],
+        usage=Usage(prompt_tokens=tokens, total_tokens=tokens),
+    )
+
+
+def _sides(body: ScoreRequest) -> tuple[tuple[str, str], list[str], list[str]]:
+    """The one spelling the client used, and its two sides as lists, checked in vLLM's order."""
+    given = {name for name in _SIDE_FIELDS if getattr(body, name) is not None}
+    matches = [pair for pair in SPELLINGS if set(pair) == given]
+    if not matches:
+        spellings = ", ".join(f"{a}/{b}" for a, b in SPELLINGS)
+        raise bad_request(
+            f"Give the two sides as exactly one of {spellings}.", sorted(given)[0] if given else None
+        )
+    names = matches[0]
+    side1, side2 = (_as_list(getattr(body, name)) for name in names)
+    if len(side1) > 1 and len(side1) != len(side2):
+        raise bad_request("Input lengths must be either 1:1, 1:N or N:N", names[1])
+    if not side1:
+        raise bad_request("At least one text element must be given", names[0])
+    if not side2:
+        raise bad_request("At least one text_pair element must be given", names[1])
+    return names, side1, side2
+
+
+def _as_list(side: TextSide) -> list[str]:
+    return [side] if isinstance(side, str) else side

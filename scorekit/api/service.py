@@ -1,0 +1,45 @@
+"""The service endpoints: health, load, models, metrics and the OpenAPI document."""
+
+from __future__ import annotations
+
+from scorekit.api.state import ServerState
+from scorekit.http import HTTPError, Request, Response
+from scorekit.metrics import CONTENT_TYPE
+from scorekit.schemas import LoadResponse, ModelCard, ModelList
+
+
+async def health(request: Request) -> Response:
+    """200 with an empty body while the model worker is alive; 503 saying why otherwise."""
+    state: ServerState = request.state
+    engine = state.engine
+    if engine is not None and not engine.worker.alive and engine.worker.death is not None:
+        raise HTTPError(503, f"The model worker died: {type(engine.worker.death).__name__}.")
+    state.ready_engine()
+    return Response(b"", media_type=None)
+
+
+async def load(request: Request) -> LoadResponse:
+    state: ServerState = request.state
+    return LoadResponse(server_load=state.load.total)
+
+
+async def models(request: Request) -> ModelList:
+    state: ServerState = request.state
+    engine = state.engine
+    card = ModelCard(
+        id=state.served_model_name,
+        created=state.started_at,
+        root=engine.backend.name if engine else state.served_model_name,
+        max_model_len=engine.backend.max_length if engine else 0,
+    )
+    return ModelList(data=[card])
+
+
+async def metrics(request: Request) -> Response:
+    state: ServerState = request.state
+    return Response(state.metrics.render(), media_type=CONTENT_TYPE)
+
+
+async def openapi(request: Request) -> Response:
+    state: ServerState = request.state
+    return Response(state.openapi)

@@ -1,0 +1,32 @@
+"""What every endpoint reaches through ``request.state``: the engine and the server's bookkeeping."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from scorekit.engine import Engine
+from scorekit.http import HTTPError
+from scorekit.load import LoadCounter
+from scorekit.metrics import Metrics
+from scorekit.settings import Settings
+
+
+@dataclass
+class ServerState:
+    settings: Settings
+    served_model_name: str
+    load: LoadCounter
+    metrics: Metrics
+    engine: Engine | None = None
+    draining: bool = False
+    openapi: bytes = b"{}"
+    started_at: int = field(default_factory=lambda: int(time.time()))
+
+    def ready_engine(self) -> Engine:
+        """The engine, if it can take work now; otherwise a 503 that says why."""
+        if self.draining:
+            raise HTTPError(503, "The server is shutting down.", headers=[(b"retry-after", b"1")])
+        if self.engine is None or not self.engine.worker.alive:
+            raise HTTPError(503, "The model is not ready.", headers=[(b"retry-after", b"1")])
+        return self.engine

@@ -1,0 +1,127 @@
+"""``create_app``: the ASGI app (LifecycleMiddleware → Router → endpoints) and its lifespan.
+
+The lifespan loads the model and starts its worker. A host app that mounts scorekit (Starlette
+and FastAPI do not run a mounted app's lifespan) composes :meth:`ScorekitApp.lifespan` into its own.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+
+import anyio.to_thread
+
+from scorekit import __version__
+from scorekit.api.openapi import build_openapi
+from scorekit.api.routes import ROUTES
+from scorekit.api.state import ServerState
+from scorekit.asgi import Receive, Scope, Send
+from scorekit.engine import Engine
+from scorekit.lifecycle import LifecycleMiddleware
+from scorekit.load import LoadCounter
+from scorekit.metrics import Metrics
+from scorekit.models import default_model_path, load_backend
+from scorekit.models.base import Backend
+from scorekit.routing import Alias, Route, Router
+from scorekit.settings import DEFAULT_MODEL_NAME, Settings
+
+logger = logging.getLogger("scorekit.app")
+
+
+class ScorekitApp:
+    """The whole scorekit stack as one ASGI app."""
+
+    def __init__(
+        self, settings: Settings, *, backend: Backend | None = None, routes: Iterable[Route | Alias] = ROUTES
+    ) -> None:
+        self.settings = settings
+        self._backend = backend
+        table = tuple(routes)
+        self.load = LoadCounter()
+        self.metrics = Metrics(self.load, queue_depth=self._queue_depth)
+        self.state = ServerState(
+            settings=settings,
+            served_model_name=settings.served_model_name or settings.model or DEFAULT_MODEL_NAME,
+            load=self.load,
+            metrics=self.metrics,
+            openapi=build_openapi(table, title="scorekit", version=__version__),
+        )
+        router = Router(
+            table,
+            state=self.state,
+            max_body_bytes=settings.max_body_bytes,
+            observer=self.metrics.observe_request,
+        )
+        self._stack = LifecycleMiddleware(router, load=self.load)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._serve_lifespan(receive, send)
+        else:
+            await self._stack(scope, receive, send)
+
+    @property
+    def engine(self) -> Engine | None:
+        return self.state.engine
+
+    def begin_drain(self) -> None:
+        """From now on, scoring requests and /health answer 503; requests in flight carry on."""
+        self.state.draining = True
+
+    @asynccontextmanager
+    async def lifespan(self, _host: object = None) -> AsyncIterator[None]:
+        """Load the model and run its worker for the duration; usable as Starlette's ``lifespan=``."""
+        engine = await anyio.to_thread.run_sync(self._start_engine)
+        try:
+            yield
+        finally:
+            self.state.engine = None
+            await anyio.to_thread.run_sync(engine.stop, self.settings.shutdown_timeout)
+
+    def _start_engine(self) -> Engine:
+        settings = self.settings
+        backend = self._backend or load_backend(
+            settings.model or default_model_path(),
+            kind=settings.kind,
+            device=settings.device,
+            dtype=settings.dtype,
+        )
+        engine = Engine(
+            backend,
+            settings.engine,
+            on_batch=self.metrics.observe_batch,
+            on_dropped=self.metrics.observe_dropped,
+        )
+        engine.start()
+        logger.info("serving %s (%s) as %s", backend.name, backend.kind, self.state.served_model_name)
+        self.state.engine = engine
+        return engine
+
+    def _queue_depth(self) -> int:
+        return self.state.engine.batcher.queued if self.state.engine else 0
+
+    async def _serve_lifespan(self, receive: Receive, send: Send) -> None:
+        await receive()  # lifespan.startup
+        started = False
+        try:
+            async with self.lifespan():
+                started = True
+                await send({"type": "lifespan.startup.complete"})
+                await receive()  # lifespan.shutdown
+        except Exception as exc:
+            logger.exception("lifespan failed")
+            phase = "shutdown" if started else "startup"
+            await send({"type": f"lifespan.{phase}.failed", "message": f"{type(exc).__name__}: {exc}"})
+            return
+        await send({"type": "lifespan.shutdown.complete"})
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    backend: Backend | None = None,
+    routes: Iterable[Route | Alias] = ROUTES,
+) -> ScorekitApp:
+    """The embedding entry point: an ASGI app for ``settings`` (default: the embedded MiniLM model)."""
+    return ScorekitApp(settings or Settings(), backend=backend, routes=routes)

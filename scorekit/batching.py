@@ -1,0 +1,158 @@
+"""The dynamic batcher: a thread-safe queue of jobs that the worker cuts into token-budget batches.
+
+Each request is one :class:`Job`. Every batch first takes one item from each queued job, so a
+request with thousands of items cannot starve a small one that arrives later, and then fills up
+from the oldest job, so jobs still finish roughly in arrival order. Inside a job, items go in
+length order, so consecutive batches hold similar lengths and little padding. A cancelled
+job's queued items are removed at once and never run.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from scorekit.models.base import Encoded
+
+
+class QueueFull(Exception):
+    """Admitting this job would pass ``max_queued_items``; the caller should answer 503."""
+
+
+@dataclass(eq=False)
+class Job:
+    """One request's items and their results. The worker thread writes; ``notify`` says it is done.
+
+    ``notify`` is called exactly once, from the worker thread, when every result is in or the job
+    failed; it must only schedule a wake-up on the event loop, never block.
+    """
+
+    inputs: list[Encoded]
+    notify: Callable[[], None]
+    results: list[torch.Tensor | None] = field(init=False)
+    error: BaseException | None = field(default=None, init=False)
+    cancelled: bool = field(default=False, init=False)
+    done: bool = field(default=False, init=False)
+    _pending: deque[int] = field(init=False)
+    _remaining: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.results = [None] * len(self.inputs)
+        self._pending = deque(sorted(range(len(self.inputs)), key=lambda i: self.inputs[i].cost))
+        self._remaining = len(self.inputs)
+
+    def deliver(self, index: int, output: torch.Tensor) -> None:
+        if self.done:
+            return
+        self.results[index] = output
+        self._remaining -= 1
+        if self._remaining == 0:
+            self._finish()
+
+    def fail(self, error: BaseException) -> None:
+        if not self.done:
+            self.error = error
+            self._finish()
+
+    def _finish(self) -> None:
+        self.done = True
+        self.notify()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkItem:
+    job: Job
+    index: int
+
+    @property
+    def encoded(self) -> Encoded:
+        return self.job.inputs[self.index]
+
+
+class Batcher:
+    """Jobs in, batches out. ``submit``/``cancel`` run on the event loop; ``next_batch`` on the worker."""
+
+    def __init__(self, *, max_batch_tokens: int, max_batch_size: int, max_queued_items: int) -> None:
+        self.max_batch_tokens = max_batch_tokens
+        self.max_batch_size = max_batch_size
+        self.max_queued_items = max_queued_items
+        self._ready = threading.Condition()
+        self._jobs: deque[Job] = deque()
+        self._queued = 0
+        self._closed = False
+
+    @property
+    def queued(self) -> int:
+        return self._queued
+
+    def submit(self, job: Job) -> None:
+        with self._ready:
+            if self._closed:
+                raise QueueFull("the worker is shutting down")
+            if self._queued + len(job.inputs) > self.max_queued_items:
+                raise QueueFull(f"{self._queued} items are queued; the limit is {self.max_queued_items}")
+            if not job.inputs:
+                job._finish()
+                return
+            self._jobs.append(job)
+            self._queued += len(job.inputs)
+            self._ready.notify()
+
+    def cancel(self, job: Job) -> int:
+        """Drop the job's items that have not run yet; return how many were dropped."""
+        with self._ready:
+            job.cancelled = True
+            dropped = len(job._pending)
+            if dropped:
+                job._pending.clear()
+                self._queued -= dropped
+                self._jobs.remove(job)
+            return dropped
+
+    def close(self) -> None:
+        with self._ready:
+            self._closed = True
+            self._ready.notify_all()
+
+    def next_batch(self) -> list[WorkItem] | None:
+        """Block until there is work, then cut one batch; None once closed and drained."""
+        with self._ready:
+            while not self._jobs:
+                if self._closed:
+                    return None
+                self._ready.wait()
+            return self._cut()
+
+    def _cut(self) -> list[WorkItem]:
+        """One item from every queued job first (nobody starves), then fill from the oldest job."""
+        batch: list[WorkItem] = []
+        longest = 0
+
+        def take(job: Job) -> bool:
+            nonlocal longest
+            index = job._pending[0]
+            cost = max(longest, job.inputs[index].cost)
+            if len(batch) >= self.max_batch_size or (
+                batch and cost * (len(batch) + 1) > self.max_batch_tokens
+            ):
+                return False
+            job._pending.popleft()
+            batch.append(WorkItem(job, index))
+            longest = cost
+            return True
+
+        full = False
+        for job in self._jobs:
+            if not take(job):
+                full = True
+                break
+        for job in self._jobs:
+            while not full and job._pending:
+                full = not take(job)
+        self._queued -= len(batch)
+        self._jobs = deque(job for job in self._jobs if job._pending)
+        return batch

@@ -1,0 +1,152 @@
+"""``scorekit serve``: the app under uvicorn. Each flag also reads ``SCOREKIT_<FLAG>`` from the env."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Any
+
+import uvicorn
+
+from scorekit.app import ScorekitApp, create_app
+from scorekit.engine import EngineConfig
+from scorekit.settings import Settings
+
+_ENGINE = EngineConfig()
+_SETTINGS = Settings()
+
+
+def _flag(
+    parser: argparse.ArgumentParser,
+    name: str,
+    cast: Callable[[str], Any],
+    default: Any,
+    text: str,
+    **extra: Any,
+) -> None:
+    env = "SCOREKIT_" + name.upper().replace("-", "_")
+    value = os.environ.get(env)
+    parser.add_argument(
+        f"--{name}",
+        type=cast,
+        default=cast(value) if value is not None else default,
+        help=f"{text} (env {env}; default: %(default)s)",
+        **extra,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scorekit", description="A scoring server for rerankers and scorers."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser(
+        "serve", help="Serve a model over HTTP (default: the embedded all-MiniLM-L6-v2)."
+    )
+    _flag(serve, "model", str, None, "A local model folder or a hub name")
+    _flag(serve, "served-model-name", str, None, "The name clients use in `model` fields")
+    _flag(
+        serve,
+        "model-kind",
+        str,
+        None,
+        "Override detection",
+        choices=["cross-encoder", "bi-encoder", "causal-lm"],
+    )
+    _flag(serve, "host", str, "127.0.0.1", "Interface to bind")
+    _flag(serve, "port", int, 8000, "Port to bind")
+    _flag(serve, "device", str, _SETTINGS.device, "torch device: cpu, cuda, cuda:1")
+    _flag(serve, "dtype", str, _SETTINGS.dtype, "auto, float32, float16 or bfloat16")
+    _flag(serve, "max-batch-tokens", int, _ENGINE.max_batch_tokens, "Padded tokens per model batch")
+    _flag(serve, "max-batch-size", int, _ENGINE.max_batch_size, "Items per model batch")
+    _flag(
+        serve, "max-queued-items", int, _ENGINE.max_queued_items, "Queued items before new requests get 503"
+    )
+    _flag(
+        serve,
+        "max-concurrent-requests",
+        int,
+        _ENGINE.max_concurrent_requests,
+        "Requests in flight before 503",
+    )
+    _flag(serve, "max-body-bytes", int, _SETTINGS.max_body_bytes, "Largest request body (413 above)")
+    _flag(
+        serve,
+        "max-items-per-request",
+        int,
+        _SETTINGS.max_items_per_request,
+        "Most documents/items per request",
+    )
+    _flag(
+        serve,
+        "shutdown-timeout",
+        float,
+        _SETTINGS.shutdown_timeout,
+        "Seconds in-flight requests get on SIGTERM",
+    )
+    _flag(
+        serve, "log-level", str, "info", "debug logs one line per batch", choices=["debug", "info", "warning"]
+    )
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    return Settings(
+        model=args.model,
+        served_model_name=args.served_model_name,
+        kind=args.model_kind,
+        device=args.device,
+        dtype=args.dtype,
+        engine=EngineConfig(
+            max_batch_tokens=args.max_batch_tokens,
+            max_batch_size=args.max_batch_size,
+            max_queued_items=args.max_queued_items,
+            max_concurrent_requests=args.max_concurrent_requests,
+        ),
+        max_body_bytes=args.max_body_bytes,
+        max_items_per_request=args.max_items_per_request,
+        shutdown_timeout=args.shutdown_timeout,
+    )
+
+
+class _DrainingServer(uvicorn.Server):
+    """On SIGTERM/SIGINT the app answers 503 to new work while uvicorn lets in-flight requests finish."""
+
+    def __init__(self, config: uvicorn.Config, app: ScorekitApp) -> None:
+        super().__init__(config)
+        self._scorekit = app
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._scorekit.begin_drain()
+        super().handle_exit(sig, frame)
+
+
+def serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    app = create_app(settings_from(args))
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        lifespan="on",
+        timeout_graceful_shutdown=int(args.shutdown_timeout),
+    )
+    server = _DrainingServer(config, app)
+    server.run()
+    return 0 if server.started else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return serve(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

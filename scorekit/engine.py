@@ -1,0 +1,125 @@
+"""The scoring engine: admission, tokenizing off the loop, and awaiting a job on the model worker.
+
+Endpoints call :meth:`Engine.run` with tokenized inputs and await the outputs. If the request is
+cancelled (its client left), the ``finally`` here removes its queued items before they run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TypeVar
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+import torch
+
+from scorekit.batching import Batcher, Job, QueueFull
+from scorekit.models.base import Backend, Encoded
+from scorekit.worker import BatchObserver, ModelWorker
+
+T = TypeVar("T")
+
+# Tokenizing a few kilobytes takes well under a millisecond: cheaper inline than a thread hop.
+INLINE_TOKENIZE_CHARS = 4096
+
+
+class Overloaded(Exception):
+    """Admission refused (queue or concurrency limit); the answer is 503 with Retry-After."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    max_batch_tokens: int = 16384
+    max_batch_size: int = 128
+    max_queued_items: int = 50_000
+    max_concurrent_requests: int = 512
+
+
+class Engine:
+    """One model, its batcher and its worker thread."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        config: EngineConfig,
+        *,
+        on_batch: BatchObserver | None = None,
+        on_dropped: Callable[[int], None] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.config = config
+        self.batcher = Batcher(
+            max_batch_tokens=config.max_batch_tokens,
+            max_batch_size=config.max_batch_size,
+            max_queued_items=config.max_queued_items,
+        )
+        self.worker = ModelWorker(backend, self.batcher, on_batch=on_batch)
+        self._on_dropped = on_dropped
+        self._active = 0
+
+    @property
+    def active_requests(self) -> int:
+        return self._active
+
+    def start(self) -> None:
+        self.worker.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        self.worker.stop(timeout)
+
+    @contextmanager
+    def admit(self) -> Iterator[None]:
+        """Count one request against ``max_concurrent_requests`` for as long as it runs."""
+        if self._active >= self.config.max_concurrent_requests:
+            raise Overloaded(f"{self._active} requests are in flight; the limit is reached.")
+        self._active += 1
+        try:
+            yield
+        finally:
+            self._active -= 1
+
+    async def prepare(self, tokenize: Callable[[], T], *, chars: int) -> T:
+        """Tokenize inline when small, else in a thread, so a large request never blocks the loop."""
+        if chars <= INLINE_TOKENIZE_CHARS:
+            return tokenize()
+        return await anyio.to_thread.run_sync(tokenize)
+
+    async def run(self, inputs: list[Encoded]) -> list[torch.Tensor]:
+        """Queue the inputs as one job and wait for every output (or the batch's error)."""
+        done = anyio.Event()
+        job = Job(inputs, notify=_wake_loop(done.set))
+        try:
+            self.batcher.submit(job)
+        except QueueFull as exc:
+            raise Overloaded(str(exc)) from None
+        try:
+            await done.wait()
+        finally:
+            if not job.done:
+                dropped = self.batcher.cancel(job)
+                if dropped and self._on_dropped is not None:
+                    self._on_dropped(dropped)
+        if job.error is not None:
+            raise job.error
+        return [output for output in job.results if output is not None]
+
+
+def _wake_loop(callback: Callable[[], None]) -> Callable[[], None]:
+    """A callable for the worker thread that schedules ``callback`` on this event loop, never blocking."""
+    native = anyio.lowlevel.current_token().native_token
+    schedule: Callable[[Callable[[], None]], object]
+    if isinstance(native, asyncio.AbstractEventLoop):
+        schedule = native.call_soon_threadsafe
+    else:
+        schedule = native.run_sync_soon  # type: ignore[attr-defined]  # a trio token
+
+    def wake() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting any more
+            schedule(callback)
+
+    return wake

@@ -1,0 +1,76 @@
+"""What endpoints see and return: a read request, a response, an error. No ASGI messages here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from scorekit.schemas import ErrorBody, ErrorInfo
+
+_JSON = b"application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One HTTP request with its body already read by the router."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    state: Any
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name.lower())
+
+
+@dataclass(slots=True)
+class Response:
+    """A response an endpoint builds itself (non-JSON bodies, custom statuses)."""
+
+    body: bytes = b""
+    status: int = 200
+    media_type: bytes | None = _JSON
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+
+class HTTPError(Exception):
+    """Raised anywhere below the router; it becomes the JSON error shape with ``status == code``."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        error_type: str | None = None,
+        headers: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.error_type = error_type or _default_type(status)
+        self.headers = headers or []
+
+    def to_response(self) -> Response:
+        info = ErrorInfo(message=self.message, type=self.error_type, param=self.param, code=self.status)
+        return Response(msgspec.json.encode(ErrorBody(error=info)), self.status, headers=list(self.headers))
+
+
+def bad_request(message: str, param: str | None = None) -> HTTPError:
+    return HTTPError(400, message, param=param)
+
+
+def _default_type(status: int) -> str:
+    return {
+        400: "BadRequestError",
+        404: "NotFoundError",
+        405: "MethodNotAllowed",
+        413: "PayloadTooLarge",
+        500: "InternalServerError",
+        501: "NotImplementedError",
+        503: "Service Unavailable",
+    }.get(status, "Error")

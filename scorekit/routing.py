@@ -1,0 +1,185 @@
+"""The route table: canonical paths and their aliases, mapped to plain async endpoint functions.
+
+The router reads the request body (bounded by ``max_body_bytes``), calls the endpoint, and encodes
+what it returns. An alias answers exactly as its canonical route does, plus a ``Deprecation``
+header and one warning per process. Unknown paths and wrong methods get the JSON error shape.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from scorekit.asgi import Receive, Scope, Send
+from scorekit.http import HTTPError, Request, Response
+from scorekit.lifecycle import lifecycle_of
+
+Endpoint = Callable[[Request], Awaitable[msgspec.Struct | Response]]
+
+# nginx's status for "the client closed the connection before the response": only ever a metric label.
+CLIENT_CLOSED_REQUEST = 499
+
+logger = logging.getLogger("scorekit.routing")
+_encoder = msgspec.json.Encoder()
+_warned_aliases: set[str] = set()
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A canonical path. ``body`` and ``returns`` describe it in /openapi.json; the router ignores them."""
+
+    method: str
+    path: str
+    endpoint: Endpoint
+    body: type[msgspec.Struct] | None = None
+    returns: type[msgspec.Struct] | None = None
+    summary: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Alias:
+    path: str
+    to: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    route: Route
+    alias: str | None
+
+
+class ClientGone(Exception):
+    """The client disconnected before its body arrived; there is nobody to answer."""
+
+
+RequestObserver = Callable[[str, int, float], None]
+
+
+class Router:
+    """Dispatches one HTTP request to its endpoint; knows routes, not scoring."""
+
+    def __init__(
+        self,
+        table: Iterable[Route | Alias],
+        *,
+        state: Any,
+        max_body_bytes: int,
+        observer: RequestObserver | None = None,
+    ) -> None:
+        self.state = state
+        self.max_body_bytes = max_body_bytes
+        self.table = tuple(table)
+        self._observer = observer
+        self._paths: dict[str, dict[str, _Target]] = {}
+        entries = self.table
+        for entry in entries:
+            if isinstance(entry, Route):
+                self._paths.setdefault(entry.path, {})[entry.method] = _Target(entry, None)
+        for entry in entries:
+            if isinstance(entry, Alias):
+                canonical = self._paths[entry.to]
+                self._paths[entry.path] = {m: _Target(t.route, entry.path) for m, t in canonical.items()}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        label = "unmatched"
+        status = CLIENT_CLOSED_REQUEST
+        try:
+            try:
+                target = self._match(scope)
+                label = target.route.path
+                lifecycle = lifecycle_of(scope)
+                if lifecycle is not None:
+                    lifecycle.set_route(label)
+                response = await self._call_endpoint(target.route, scope, receive)
+                if target.alias is not None:
+                    response.headers.extend(_deprecation_headers(target))
+            except HTTPError as error:
+                response = error.to_response()
+            await _send_response(send, response)
+            status = response.status
+        except ClientGone:
+            return
+        finally:
+            if self._observer is not None:
+                self._observer(label, status, time.perf_counter() - started)
+
+    def _match(self, scope: Scope) -> _Target:
+        path = _route_path(scope)
+        methods = self._paths.get(path)
+        if methods is None:
+            raise HTTPError(404, f"Route {path} not found.")
+        target = methods.get(scope["method"])
+        if target is None:
+            allow = ", ".join(sorted(methods)).encode()
+            raise HTTPError(405, f"Method {scope['method']} not allowed.", headers=[(b"allow", allow)])
+        return target
+
+    async def _call_endpoint(self, route: Route, scope: Scope, receive: Receive) -> Response:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        body = await self._read_body(receive, headers) if route.method == "POST" else b""
+        request = Request(scope["method"], route.path, headers, body, self.state)
+        try:
+            result = await route.endpoint(request)
+        except HTTPError:
+            raise
+        except Exception:
+            logger.exception("endpoint %s failed", route.path)
+            raise HTTPError(500, "Internal server error.") from None
+        if isinstance(result, Response):
+            return result
+        return Response(_encoder.encode(result))
+
+    async def _read_body(self, receive: Receive, headers: dict[str, str]) -> bytes:
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            raise _too_large(self.max_body_bytes)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone
+            chunk: bytes = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise _too_large(self.max_body_bytes)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+
+def _route_path(scope: Scope) -> str:
+    """Starlette's Mount keeps the full path and moves the prefix into root_path; strip it."""
+    path: str = scope["path"]
+    root = scope.get("root_path", "")
+    if root and path.startswith(root):
+        return path[len(root) :] or "/"
+    return path
+
+
+def _deprecation_headers(target: _Target) -> list[tuple[bytes, bytes]]:
+    alias = target.alias or ""
+    if alias not in _warned_aliases:
+        _warned_aliases.add(alias)
+        logger.warning("%s is a deprecated alias of %s; call that instead", alias, target.route.path)
+    link = f'<{target.route.path}>; rel="successor-version"'.encode()
+    return [(b"deprecation", b"true"), (b"link", link)]
+
+
+def _too_large(limit: int) -> HTTPError:
+    return HTTPError(413, f"Request body is larger than the limit of {limit} bytes.", param="body")
+
+
+async def _send_response(send: Send, response: Response) -> None:
+    headers = [(b"content-length", str(len(response.body)).encode())]
+    if response.media_type is not None:
+        headers.append((b"content-type", response.media_type))
+    headers.extend(response.headers)
+    await send({"type": "http.response.start", "status": response.status, "headers": headers})
+    await send({"type": "http.response.body", "body": response.body})

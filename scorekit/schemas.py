@@ -1,0 +1,144 @@
+"""msgspec Structs for every request, response and error of the HTTP API (field names as vLLM's).
+
+Unknown request fields are accepted and ignored (Cohere clients send ``return_documents`` and
+friends); the decoders here are typed, so a wrong type is rejected before any endpoint code runs.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+TruncateTokens = Annotated[int, Meta(ge=-1, description="Keep this many tokens; -1 means the model maximum.")]
+TruncationSide = Literal["left", "right"]
+TextSide = str | list[str]
+
+
+class ErrorInfo(Struct):
+    message: str
+    type: str
+    param: str | None
+    code: int
+
+
+class ErrorBody(Struct):
+    error: ErrorInfo
+
+
+class ScoreRequest(Struct, kw_only=True):
+    """The two sides come in one of four spellings that all mean the same thing."""
+
+    model: str | None = None
+    queries: TextSide | None = None
+    documents: TextSide | None = None
+    items: TextSide | None = None
+    data_1: TextSide | None = None
+    data_2: TextSide | None = None
+    text_1: TextSide | None = None
+    text_2: TextSide | None = None
+    truncate_prompt_tokens: TruncateTokens | None = None
+    truncation_side: TruncationSide | None = None
+    use_activation: bool | None = None
+
+
+class TextDocument(Struct):
+    text: str
+
+
+class RerankRequest(Struct, kw_only=True):
+    query: str
+    documents: list[str | TextDocument]
+    model: str | None = None
+    top_n: Annotated[int, Meta(ge=0, description="0 means every document.")] = 0
+    return_documents: bool = True
+    truncate_prompt_tokens: TruncateTokens | None = None
+    truncation_side: TruncationSide | None = None
+    use_activation: bool | None = None
+
+
+class GenerativeScoringRequest(Struct, kw_only=True):
+    query: str | list[int]
+    items: list[str | list[int]]
+    label_token_ids: list[int]
+    model: str | None = None
+    apply_softmax: bool = True
+    item_first: bool = False
+    add_special_tokens: bool = True
+
+
+class Usage(Struct):
+    prompt_tokens: int
+    total_tokens: int
+    completion_tokens: int = 0
+
+
+class RerankUsage(Struct):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class ScoreData(Struct):
+    index: int
+    score: float
+    object: str = "score"
+
+
+class ScoreResponse(Struct):
+    id: str
+    created: int
+    model: str
+    data: list[ScoreData]
+    usage: Usage
+    object: str = "list"
+
+
+class RerankDocument(Struct):
+    text: str
+
+
+class RerankResult(Struct, kw_only=True):
+    index: int
+    relevance_score: float
+    document: RerankDocument | UnsetType = UNSET
+
+
+class RerankResponse(Struct):
+    id: str
+    model: str
+    usage: RerankUsage
+    results: list[RerankResult]
+
+
+class GenerativeScoreData(Struct):
+    index: int
+    score: float
+    scores: list[float]
+    object: str = "score"
+
+
+class GenerativeScoringResponse(Struct):
+    id: str
+    created: int
+    model: str
+    data: list[GenerativeScoreData]
+    usage: Usage
+    object: str = "list"
+
+
+class ModelCard(Struct):
+    id: str
+    created: int
+    root: str
+    max_model_len: int
+    object: str = "model"
+    owned_by: str = "scorekit"
+
+
+class ModelList(Struct):
+    data: list[ModelCard]
+    object: str = "list"
+
+
+class LoadResponse(Struct):
+    server_load: int

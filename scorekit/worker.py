@@ -1,0 +1,93 @@
+"""The model worker: one dedicated thread that owns the model and runs one batch at a time.
+
+torch releases the GIL inside its kernels, so the event loop keeps serving while a batch runs.
+A model error fails only the jobs in that batch; anything that escapes the loop kills the thread,
+and :attr:`ModelWorker.death` says why (``/health`` turns 503).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from scorekit.batching import Batcher, WorkItem
+from scorekit.models.base import Backend
+
+logger = logging.getLogger("scorekit.worker")
+BatchObserver = Callable[[int, int], None]
+
+
+class ModelFailure(Exception):
+    """The model raised on the batch that held this request's items."""
+
+
+@dataclass
+class WorkerStats:
+    """Counters a test or a benchmark can read; written only by the worker thread."""
+
+    batches: int = 0
+    items: int = 0
+    items_of_cancelled_jobs: int = 0
+    failed_batches: int = 0
+    recent_batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=4096))
+    recent_batch_jobs: deque[int] = field(default_factory=lambda: deque(maxlen=4096))
+
+
+class ModelWorker:
+    def __init__(self, backend: Backend, batcher: Batcher, *, on_batch: BatchObserver | None = None) -> None:
+        self.backend = backend
+        self.batcher = batcher
+        self.stats = WorkerStats()
+        self.death: BaseException | None = None
+        self._on_batch = on_batch
+        self._thread = threading.Thread(target=self._run, name="scorekit-model-worker", daemon=True)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        self.batcher.close()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            while (batch := self.batcher.next_batch()) is not None:
+                self._run_batch(batch)
+        except BaseException as exc:
+            self.death = exc
+            logger.critical("the model worker thread died: %r", exc, exc_info=True)
+            raise
+
+    def _run_batch(self, batch: list[WorkItem]) -> None:
+        tokens = max(item.encoded.cost for item in batch) * len(batch)
+        jobs = {id(item.job): item.job for item in batch}
+        logger.debug("batch: %d items from %d requests, %d padded tokens", len(batch), len(jobs), tokens)
+        try:
+            with torch.inference_mode():
+                outputs = self.backend.forward([item.encoded for item in batch])
+        except Exception as exc:
+            logger.exception("the model failed on a batch of %d items", len(batch))
+            self.stats.failed_batches += 1
+            for job in jobs.values():
+                job.fail(ModelFailure(f"The model failed on this request's batch ({type(exc).__name__})."))
+            return
+        for item, output in zip(batch, outputs, strict=True):
+            if item.job.cancelled:
+                self.stats.items_of_cancelled_jobs += 1
+            item.job.deliver(item.index, output)
+        self.stats.batches += 1
+        self.stats.items += len(batch)
+        self.stats.recent_batch_sizes.append(len(batch))
+        self.stats.recent_batch_jobs.append(len(jobs))
+        if self._on_batch is not None:
+            self._on_batch(len(batch), tokens)

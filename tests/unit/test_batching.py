@@ -1,0 +1,101 @@
+"""The batcher on its own: token budget, fairness, cancellation and backpressure."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scorekit.batching import Batcher, Job, QueueFull
+from scorekit.models.base import Encoded
+
+
+def job_of(lengths: list[int]) -> Job:
+    return Job([Encoded(list(range(n))) for n in lengths], notify=lambda: None)
+
+
+def drain(batcher: Batcher) -> list[list[tuple[int, int]]]:
+    """Every batch as (job id, index) pairs, until the queue is empty."""
+    batches = []
+    while batcher.queued:
+        batch = batcher.next_batch()
+        assert batch is not None
+        batches.append([(id(item.job), item.index) for item in batch])
+    return batches
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    jobs=st.lists(st.lists(st.integers(1, 64), min_size=1, max_size=40), min_size=1, max_size=6),
+    budget=st.integers(64, 1024),
+    size=st.integers(1, 32),
+)
+def test_every_item_runs_once_within_the_budget(jobs: list[list[int]], budget: int, size: int) -> None:
+    batcher = Batcher(max_batch_tokens=budget, max_batch_size=size, max_queued_items=10_000)
+    submitted = [job_of(lengths) for lengths in jobs]
+    for job in submitted:
+        batcher.submit(job)
+    seen = []
+    while batcher.queued:
+        batch = batcher.next_batch()
+        assert batch is not None and 1 <= len(batch) <= size
+        padded = max(item.encoded.cost for item in batch) * len(batch)
+        assert len(batch) == 1 or padded <= budget
+        seen.extend((id(item.job), item.index) for item in batch)
+    expected = [(id(job), i) for job in submitted for i in range(len(job.inputs))]
+    assert sorted(seen) == sorted(expected)
+
+
+def test_a_small_job_joins_the_next_batch_while_a_large_one_runs() -> None:
+    batcher = Batcher(max_batch_tokens=10_000, max_batch_size=8, max_queued_items=10_000)
+    large, small = job_of([10] * 5000), job_of([10])
+    batcher.submit(large)
+    first = batcher.next_batch()
+    assert first is not None and {item.job for item in first} == {large}
+    batcher.submit(small)
+    second = batcher.next_batch()
+    assert second is not None and small in {item.job for item in second}
+
+
+def test_after_one_item_each_the_oldest_job_fills_the_batch() -> None:
+    batcher = Batcher(max_batch_tokens=10_000, max_batch_size=6, max_queued_items=10_000)
+    old, new = job_of([5] * 10), job_of([5] * 10)
+    batcher.submit(old)
+    batcher.submit(new)
+    batch = batcher.next_batch()
+    assert batch is not None
+    assert [item.job is old for item in batch].count(True) == 5
+
+
+def test_a_job_runs_in_length_order() -> None:
+    batcher = Batcher(max_batch_tokens=10_000, max_batch_size=2, max_queued_items=100)
+    job = job_of([30, 5, 20, 1])
+    batcher.submit(job)
+    order = [index for batch in drain(batcher) for _, index in batch]
+    assert [job.inputs[i].cost for i in order] == [1, 5, 20, 30]
+
+
+def test_cancel_drops_queued_items_before_they_run() -> None:
+    batcher = Batcher(max_batch_tokens=10_000, max_batch_size=4, max_queued_items=100)
+    keep, drop = job_of([3] * 4), job_of([3] * 10)
+    batcher.submit(keep)
+    batcher.submit(drop)
+    assert batcher.cancel(drop) == 10
+    assert batcher.queued == 4
+    assert all(job_id == id(keep) for batch in drain(batcher) for job_id, _ in batch)
+
+
+def test_past_the_queue_limit_submit_refuses_without_queueing() -> None:
+    batcher = Batcher(max_batch_tokens=10_000, max_batch_size=4, max_queued_items=5)
+    batcher.submit(job_of([1] * 4))
+    with pytest.raises(QueueFull):
+        batcher.submit(job_of([1] * 2))
+    assert batcher.queued == 4
+
+
+def test_close_wakes_the_worker_once_the_queue_is_drained() -> None:
+    batcher = Batcher(max_batch_tokens=100, max_batch_size=4, max_queued_items=10)
+    batcher.submit(job_of([1]))
+    batcher.close()
+    assert batcher.next_batch() is not None
+    assert batcher.next_batch() is None
