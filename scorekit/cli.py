@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
@@ -114,15 +115,29 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 class _DrainingServer(uvicorn.Server):
-    """On SIGTERM/SIGINT the app answers 503 to new work while uvicorn lets in-flight requests finish."""
+    """The first SIGTERM/SIGINT drains: new scoring requests get 503 while the listener stays open
+    (a load balancer sees the 503s and /health turn away), in-flight ones finish for up to
+    ``shutdown_timeout`` seconds, then uvicorn shuts down as usual. A second signal exits at once.
+    """
 
     def __init__(self, config: uvicorn.Config, app: ScorekitApp) -> None:
         super().__init__(config)
         self._scorekit = app
+        self._drain_deadline: float | None = None
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self._scorekit.begin_drain()
+        if self._drain_deadline is None:
+            self._scorekit.begin_drain()
+            self._drain_deadline = time.monotonic() + self._scorekit.settings.shutdown_timeout
+            logging.getLogger("scorekit.cli").info("draining: waiting for requests in flight to finish")
+            return
         super().handle_exit(sig, frame)
+
+    async def on_tick(self, counter: int) -> bool:
+        deadline = self._drain_deadline
+        if deadline is not None and (self._scorekit.load.routed == 0 or time.monotonic() >= deadline):
+            return True
+        return await super().on_tick(counter)
 
 
 def serve(args: argparse.Namespace) -> int:

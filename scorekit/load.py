@@ -20,6 +20,11 @@ class LoadCounter:
     def total(self) -> int:
         return self._total
 
+    @property
+    def routed(self) -> int:
+        """Requests in flight on routes that count as load (scoring, not /load or /health)."""
+        return sum(self._per_route.values())
+
     def per_route(self) -> dict[str, int]:
         """A snapshot, so a reader never sees a dict that changes under it."""
         return {route: n for route, n in self._per_route.items() if n}

@@ -31,7 +31,10 @@ _warned_aliases: set[str] = set()
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """A canonical path. ``body`` and ``returns`` describe it in /openapi.json; the router ignores them."""
+    """A canonical path. ``body`` and ``returns`` describe it in /openapi.json; the router ignores them.
+
+    ``counts_as_load`` is false for service routes, so polling /load or /health is not load.
+    """
 
     method: str
     path: str
@@ -39,6 +42,7 @@ class Route:
     body: type[msgspec.Struct] | None = None
     returns: type[msgspec.Struct] | None = None
     summary: str = ""
+    counts_as_load: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +98,7 @@ class Router:
                 target = self._match(scope)
                 label = target.route.path
                 lifecycle = lifecycle_of(scope)
-                if lifecycle is not None:
+                if lifecycle is not None and target.route.counts_as_load:
                     lifecycle.set_route(label)
                 response = await self._call_endpoint(target.route, scope, receive)
                 if target.alias is not None:

@@ -20,7 +20,7 @@ async def health(request: Request) -> Response:
 
 async def load(request: Request) -> LoadResponse:
     state: ServerState = request.state
-    return LoadResponse(server_load=state.load.total)
+    return LoadResponse(server_load=state.load.routed)
 
 
 async def models(request: Request) -> ModelList:

@@ -38,6 +38,16 @@ class InputTooLong(ValueError):
         self.maximum = maximum
 
 
+class TruncationTooLarge(ValueError):
+    """``truncate_prompt_tokens`` asks for more tokens than the model takes (the message is vLLM's)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "truncate_prompt_tokens value is greater than max_model_len. "
+            "Please request a smaller truncation size."
+        )
+
+
 class Backend(Protocol):
     """A loaded model. ``forward`` runs on the worker thread; tokenizing runs on any thread."""
 

@@ -1,0 +1,95 @@
+"""Dynamic batching, fairness and disconnect cancellation, measured on the worker's own counters."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from scorekit.app import ScorekitApp
+from tests.live import Live
+
+
+def docs(n: int) -> list[str]:
+    return [f"document number {i} talks about topic {i % 17} in some detail" for i in range(n)]
+
+
+def test_concurrent_requests_share_batches(small_batches: tuple[ScorekitApp, Live]) -> None:
+    app, live = small_batches
+    assert app.engine is not None
+    stats = app.engine.worker.stats
+    before = len(stats.recent_batch_jobs)
+    payload = {"queries": "a question", "documents": docs(8)}
+    with ThreadPoolExecutor(32) as pool:
+        results = list(pool.map(lambda _: live.json("POST", "/score", payload), range(32)))
+    assert all(status == 200 and len(body["data"]) == 8 for status, body in results)
+    jobs_per_batch = list(stats.recent_batch_jobs)[before:]
+    assert max(jobs_per_batch) > 1, jobs_per_batch
+    assert live.load() == 0
+
+
+def test_a_small_request_finishes_during_a_2000_document_rerank(
+    small_batches: tuple[ScorekitApp, Live],
+) -> None:
+    app, live = small_batches
+    assert app.engine is not None
+    stats = app.engine.worker.stats
+    many = docs(2000)
+    finished: dict[str, float] = {}
+    big_result: list[dict[str, object]] = []
+
+    def big() -> None:
+        status, body = live.json("POST", "/rerank", {"query": "topic 3", "documents": many, "top_n": 5})
+        assert status == 200
+        big_result.append(body)
+        finished["big"] = time.monotonic()
+
+    start_batches = stats.batches
+    thread = threading.Thread(target=big)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while stats.batches < start_batches + 3 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    status, small = live.json("POST", "/rerank", {"query": "topic 3", "documents": ["topic 3"]})
+    finished["small"] = time.monotonic()
+    thread.join(120)
+    assert status == 200 and small["results"][0]["index"] == 0
+    assert finished["small"] < finished["big"]
+    results = big_result[0]["results"]
+    assert isinstance(results, list) and len(results) == 5
+    scores = [r["relevance_score"] for r in results]
+    assert scores == sorted(scores, reverse=True)
+    _, full = live.json("POST", "/score", {"queries": "topic 3", "documents": many})
+    best = sorted(range(2000), key=lambda i: -full["data"][i]["score"])[:5]
+    assert [r["index"] for r in results] == best
+
+
+def test_a_disconnect_stops_a_2000_document_rerank(small_batches: tuple[ScorekitApp, Live]) -> None:
+    app, live = small_batches
+    assert app.engine is not None
+    stats = app.engine.worker.stats
+    batch_size = app.settings.engine.max_batch_size
+    body = json.dumps({"query": "topic 3", "documents": docs(2000)}).encode()
+    head = f"POST /rerank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    start_items, start_late = stats.items, stats.items_of_cancelled_jobs
+    sock = socket.create_connection((live.host, live.port))
+    sock.sendall(head.encode() + body)
+    deadline = time.monotonic() + 30
+    while stats.items < start_items + 3 * batch_size and time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert live.load() == 1
+    sock.close()
+    items_at_close = stats.items
+    assert live.wait_load(0) == 0
+    time.sleep(0.3)  # let any batch still in flight land
+    # Once the job is cancelled, only the batch already on the model may still run for it.
+    assert stats.items_of_cancelled_jobs - start_late <= batch_size
+    # From the socket close, the server also needs a moment to notice: allow one more batch for that.
+    ran_after = stats.items - items_at_close
+    assert ran_after <= 2 * batch_size, f"{ran_after} items ran after the close (batch size {batch_size})"
+    assert stats.items - start_items < 2000
+    assert app.engine.batcher.queued == 0
+    status, _ = live.json("POST", "/rerank", {"query": "q", "documents": ["d"]})
+    assert status == 200
