@@ -136,9 +136,7 @@ class Batcher:
             nonlocal longest
             index = job._pending[0]
             cost = max(longest, job.inputs[index].cost)
-            if len(batch) >= self.max_batch_size or (
-                batch and cost * (len(batch) + 1) > self.max_batch_tokens
-            ):
+            if len(batch) >= self.max_batch_size or (batch and cost * (len(batch) + 1) > self.max_batch_tokens):
                 return False
             job._pending.popleft()
             batch.append(WorkItem(job, index))

@@ -41,13 +41,9 @@ def _flag(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="scorekit", description="A scoring server for rerankers and scorers."
-    )
+    parser = argparse.ArgumentParser(prog="scorekit", description="A scoring server for rerankers and scorers.")
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser(
-        "serve", help="Serve a model over HTTP (default: the embedded all-MiniLM-L6-v2)."
-    )
+    serve = commands.add_parser("serve", help="Serve a model over HTTP (default: the embedded all-MiniLM-L6-v2).")
     _flag(serve, "model", str, None, "A local model folder or a hub name")
     _flag(serve, "served-model-name", str, None, "The name clients use in `model` fields")
     _flag(
@@ -64,9 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(serve, "dtype", str, _SETTINGS.dtype, "auto, float32, float16 or bfloat16")
     _flag(serve, "max-batch-tokens", int, _ENGINE.max_batch_tokens, "Padded tokens per model batch")
     _flag(serve, "max-batch-size", int, _ENGINE.max_batch_size, "Items per model batch")
-    _flag(
-        serve, "max-queued-items", int, _ENGINE.max_queued_items, "Queued items before new requests get 503"
-    )
+    _flag(serve, "max-queued-items", int, _ENGINE.max_queued_items, "Queued items before new requests get 503")
     _flag(
         serve,
         "max-concurrent-requests",
@@ -89,9 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         _SETTINGS.shutdown_timeout,
         "Seconds in-flight requests get on SIGTERM",
     )
-    _flag(
-        serve, "log-level", str, "info", "debug logs one line per batch", choices=["debug", "info", "warning"]
-    )
+    _flag(serve, "log-level", str, "info", "debug logs one line per batch", choices=["debug", "info", "warning"])
     return parser
 
 
@@ -141,9 +133,7 @@ class _DrainingServer(uvicorn.Server):
 
 
 def serve(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings_from(args))
     config = uvicorn.Config(
         app,

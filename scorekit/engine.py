@@ -112,11 +112,11 @@ class Engine:
 def _wake_loop(callback: Callable[[], None]) -> Callable[[], None]:
     """A callable for the worker thread that schedules ``callback`` on this event loop, never blocking."""
     native = anyio.lowlevel.current_token().native_token
-    schedule: Callable[[Callable[[], None]], object]
-    if isinstance(native, asyncio.AbstractEventLoop):
-        schedule = native.call_soon_threadsafe
-    else:
-        schedule = native.run_sync_soon  # type: ignore[attr-defined]  # a trio token
+    is_asyncio = isinstance(native, asyncio.AbstractEventLoop)
+    # An asyncio loop, or else a trio token: both schedule a callback from another thread.
+    schedule: Callable[[Callable[[], None]], object] = (
+        native.call_soon_threadsafe if is_asyncio else native.run_sync_soon  # type: ignore[attr-defined]
+    )
 
     def wake() -> None:
         with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting any more

@@ -237,6 +237,5 @@ def _is_lifecycle_receive(receive: Any) -> bool:
 def _expects_continue(scope: Scope) -> bool:
     """With ``Expect: 100-continue`` the pump waits for the app's first receive (no eager upload)."""
     return any(
-        name.lower() == b"expect" and value.lower() == b"100-continue"
-        for name, value in scope.get("headers", ())
+        name.lower() == b"expect" and value.lower() == b"100-continue" for name, value in scope.get("headers", ())
     )

@@ -72,9 +72,7 @@ class _LiveGauges(Collector):
     def collect(self) -> Iterator[Metric]:
         total = GaugeMetricFamily("scorekit_load", "Requests in flight.")
         total.add_metric([], self._load.total)
-        per_route = GaugeMetricFamily(
-            "scorekit_route_load", "Requests in flight per route.", labels=["route"]
-        )
+        per_route = GaugeMetricFamily("scorekit_route_load", "Requests in flight per route.", labels=["route"])
         for route, n in sorted(self._load.per_route().items()):
             per_route.add_metric([route], n)
         queue = GaugeMetricFamily("scorekit_queue_depth", "Items waiting for the model.")

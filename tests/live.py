@@ -91,9 +91,7 @@ def serve(app: ASGIApp, server: str = "uvicorn", *, lifespan: bool = True) -> It
 
 @contextlib.contextmanager
 def _uvicorn(app: ASGIApp, port: int, lifespan: bool) -> Iterator[None]:
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, lifespan="on" if lifespan else "off", log_level="warning"
-    )
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on" if lifespan else "off", log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
     thread.start()

@@ -77,9 +77,7 @@ def now() -> int:
 def check_count(state: ServerState, count: int, param: str) -> None:
     limit = state.settings.max_items_per_request
     if count > limit:
-        raise bad_request(
-            f"{count} inputs were given; this server accepts at most {limit} per request.", param
-        )
+        raise bad_request(f"{count} inputs were given; this server accepts at most {limit} per request.", param)
 
 
 def not_supported(api: str) -> HTTPError:

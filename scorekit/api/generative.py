@@ -73,6 +73,4 @@ def _check_items(body: GenerativeScoringRequest, vocab_size: int) -> None:
         raise bad_request("items must be all strings or all token-id lists, not a mix.", "items")
     for name, ids in [("query", body.query), *((f"items[{i}]", item) for i, item in enumerate(body.items))]:
         if not isinstance(ids, str) and any(not 0 <= token < vocab_size for token in ids):
-            raise bad_request(
-                f"{name} holds a token id outside the vocabulary range [0, {vocab_size}).", name
-            )
+            raise bad_request(f"{name} holds a token id outside the vocabulary range [0, {vocab_size}).", name)

@@ -35,9 +35,7 @@ def _sides(body: ScoreRequest) -> tuple[tuple[str, str], list[str], list[str]]:
     matches = [pair for pair in SPELLINGS if set(pair) == given]
     if not matches:
         spellings = ", ".join(f"{a}/{b}" for a, b in SPELLINGS)
-        raise bad_request(
-            f"Give the two sides as exactly one of {spellings}.", sorted(given)[0] if given else None
-        )
+        raise bad_request(f"Give the two sides as exactly one of {spellings}.", sorted(given)[0] if given else None)
     names = matches[0]
     side1, side2 = (_as_list(getattr(body, name)) for name in names)
     if len(side1) > 1 and len(side1) != len(side2):

@@ -39,16 +39,12 @@ def test_rerank_matches_and_sorts(cross_encoder: Live, reference: CrossEncoder) 
     expected = reference.predict([(QUERY, d) for d in DOCS]).tolist()
     order = sorted(range(3), key=lambda i: -expected[i])[:2]
     assert [r["index"] for r in body["results"]] == order
-    assert [r["relevance_score"] for r in body["results"]] == pytest.approx(
-        [expected[i] for i in order], abs=1e-5
-    )
+    assert [r["relevance_score"] for r in body["results"]] == pytest.approx([expected[i] for i in order], abs=1e-5)
 
 
 def test_use_activation_false_returns_the_raw_logit(cross_encoder: Live) -> None:
     _, with_act = cross_encoder.json("POST", "/score", {"queries": QUERY, "documents": DOCS})
-    _, raw = cross_encoder.json(
-        "POST", "/score", {"queries": QUERY, "documents": DOCS, "use_activation": False}
-    )
+    _, raw = cross_encoder.json("POST", "/score", {"queries": QUERY, "documents": DOCS, "use_activation": False})
     for act, logit in zip(with_act["data"], raw["data"], strict=True):
         assert act["score"] == pytest.approx(1 / (1 + math.exp(-logit["score"])), abs=1e-6)
 

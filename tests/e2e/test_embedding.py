@@ -36,9 +36,7 @@ def build_host() -> tuple[Starlette, dict[str, object]]:
 
     from scorekit.api.routes import ROUTES
 
-    scorekit = create_app(
-        routes=(*ROUTES, ScorekitRoute("POST", "/slow", slow), Alias("/v1/slow", to="/slow"))
-    )
+    scorekit = create_app(routes=(*ROUTES, ScorekitRoute("POST", "/slow", slow), Alias("/v1/slow", to="/slow")))
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -68,7 +66,10 @@ def test_mounted_scorekit_keeps_aliases_cancellation_and_load() -> None:
         status, body = live.json("GET", "/scoring/nope")
         assert status == 404 and body["error"]["code"] == 404
 
-        request = b"POST /scoring/v1/slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+        request = (
+            b"POST /scoring/v1/slow HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+        )
         sock = socket.create_connection((live.host, live.port))
         sock.sendall(request)
         deadline = time.monotonic() + 10

@@ -21,9 +21,7 @@ def reference(causal_lm_dir: Path) -> tuple[object, object]:
     return model, AutoTokenizer.from_pretrained(causal_lm_dir)
 
 
-def expected_probabilities(
-    reference: tuple[object, object], item_first: bool, softmax: bool
-) -> list[list[float]]:
+def expected_probabilities(reference: tuple[object, object], item_first: bool, softmax: bool) -> list[list[float]]:
     model, tokenizer = reference
     query_ids = tokenizer(QUERY)["input_ids"]  # type: ignore[operator]
     rows = []
@@ -87,14 +85,12 @@ def test_token_id_inputs_are_accepted(causal_lm: Live) -> None:
         ({"query": [10**9], "items": [[1]], "label_token_ids": [1]}, "query", "vocabulary range"),
     ],
 )
-def test_bad_generative_requests_are_400(
-    causal_lm: Live, payload: dict[str, object], param: str, message: str
-) -> None:
+def test_bad_generative_requests_are_400(causal_lm: Live, payload: dict[str, object], param: str, message: str) -> None:
     status, body = causal_lm.json("POST", "/generative_scoring", payload)
     assert status == 400 and body["error"]["param"] == param
     assert message in body["error"]["message"]
 
 
 def test_score_on_a_causal_lm_is_501(causal_lm: Live) -> None:
-    status, body = causal_lm.json("POST", "/score", {"queries": "a", "documents": ["b"]})
+    status, _body = causal_lm.json("POST", "/score", {"queries": "a", "documents": ["b"]})
     assert status == 501

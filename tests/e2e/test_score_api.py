@@ -91,9 +91,7 @@ def test_identical_documents_tie_in_input_order(minilm: Live) -> None:
 
 
 @pytest.mark.parametrize(("alias", "canonical"), [("/v1/score", "/score")])
-def test_score_alias_answers_as_canonical_with_a_deprecation_header(
-    minilm: Live, alias: str, canonical: str
-) -> None:
+def test_score_alias_answers_as_canonical_with_a_deprecation_header(minilm: Live, alias: str, canonical: str) -> None:
     payload = {"queries": QUERY, "documents": DOCS}
     headers = {"x-request-id": "fixed"}
     s1, h1, b1 = minilm.request("POST", alias, payload, headers=headers)
@@ -195,14 +193,12 @@ def test_unknown_path_is_404_and_wrong_method_is_405_with_allow(minilm: Live) ->
 
 
 def test_generative_scoring_on_a_bi_encoder_is_501(minilm: Live) -> None:
-    status, body = minilm.json(
-        "POST", "/generative_scoring", {"query": "q", "items": ["a"], "label_token_ids": [1]}
-    )
+    status, body = minilm.json("POST", "/generative_scoring", {"query": "q", "items": ["a"], "label_token_ids": [1]})
     assert status == 501 and body["error"]["type"] == "NotImplementedError"
 
 
 def test_service_endpoints(minilm: Live) -> None:
-    status, headers, raw = minilm.request("GET", "/health")
+    status, _headers, raw = minilm.request("GET", "/health")
     assert status == 200 and raw == b""
     assert minilm.load() == 0
     _, models = minilm.json("GET", "/v1/models")
