@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Any
-
 import anyio
 import anyio.abc
 import anyio.lowlevel
@@ -89,6 +87,9 @@ class Lifecycle:
         self._start_pump()
         while True:
             if self.disconnected and not self._buffer:
+                if self.client_gone and self.cancel_on_disconnect:
+                    # The app is being cancelled: let that land first, on every server alike.
+                    await anyio.lowlevel.checkpoint()
                 return {"type": "http.disconnect"}
             changed = self._changed
             await anyio.lowlevel.checkpoint()
@@ -211,8 +212,13 @@ class LifecycleMiddleware:
         self.cancel_on_disconnect = cancel_on_disconnect
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or SCOPE_KEY in scope or _is_lifecycle_receive(receive):
+        if scope["type"] != "http" or SCOPE_KEY in scope:
             await self.app(scope, receive, send)
+            return
+        owner = getattr(receive, "__self__", None)
+        if isinstance(owner, Lifecycle):
+            # A layer above rebuilt the scope and dropped the tag: restore it, pass the rest through.
+            await self.app({**scope, SCOPE_KEY: owner}, receive, send)
             return
         lifecycle = Lifecycle(
             receive,
@@ -227,11 +233,6 @@ class LifecycleMiddleware:
         finally:
             lifecycle.release()
             self.load.exit()
-
-
-def _is_lifecycle_receive(receive: Any) -> bool:
-    """A layer that rebuilt the scope and lost the tag still hands down our own bound receive."""
-    return isinstance(getattr(receive, "__self__", None), Lifecycle)
 
 
 def _expects_continue(scope: Scope) -> bool:

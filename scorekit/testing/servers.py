@@ -1,0 +1,620 @@
+"""Scripted fake ASGI servers: three ``receive``/``send`` flavours, a client control API, an audit.
+
+Why fakes at all: the ASGI spec leaves open what happens when two tasks call ``receive()`` at once, how a
+body is cut into messages, and what ``receive()`` returns once the response is complete. Real servers
+answer differently (see ``docs/testing.md`` and the lifecycle notes), and code that is correct on one can
+lose a body, hang, or double-count on another. Each fake reproduces one server's *observable* receive
+semantics, deterministically and in logical time, so a property test can run the same client script
+against all three and compare:
+
+- :class:`UvicornServer` merges whatever body arrived into one message; ``http.disconnect`` is *sticky*
+  (every call returns it and every waiter wakes); extra concurrent waiters get empty duplicate chunks;
+  after the response completes, ``receive()`` returns ``http.disconnect`` at once and never suspends.
+- :class:`HypercornServer` has a bounded queue of 10 messages: one message per body frame plus an empty
+  terminator with ``more_body=False``; the disconnect is *one-shot* (queued once, on client close or
+  response completion), after which ``receive()`` blocks forever; waiters are served first-come.
+- :class:`GranianServer` sends one message per frame plus an empty terminator; after the response (or the
+  client's close) it first returns any unread body tail, then ``http.disconnect`` at once; waiters are
+  served first-come; and the ``scope["asgi"]``/``scope["extensions"]`` dicts built by :func:`make_scope`
+  are the *same objects* for every request in the process, as granian's are.
+
+The fakes use anyio primitives only, so they run under asyncio and trio. Where a real server behaves
+differently per event loop (an ``asyncio.Queue.get`` with an item waiting does not yield; a trio memory
+channel checks for cancellation first), the fake does what the real server does on that loop.
+
+Every fake records an :class:`Audit`: how many tasks were inside/suspended in ``receive()`` at once, how
+many calls were made (and how many after a disconnect was delivered), every delivered message, every
+message the app sent, and a :class:`TimelineEvent` log shared with the app-side recorders in
+:mod:`scorekit.testing.apps`. The audit is the oracle of the single-consumer invariants (Q1, Q2, ...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import anyio
+import anyio.lowlevel
+
+from scorekit.asgi import Message, Scope
+
+Flavor = Literal["uvicorn", "hypercorn", "granian"]
+FLAVORS: tuple[Flavor, ...] = ("uvicorn", "hypercorn", "granian")
+
+HYPERCORN_QUEUE_SIZE = 10
+"""hypercorn's ``max_app_queue_size`` default: frames beyond it wait on the client side (backpressure)."""
+
+HeaderItem = tuple[str | bytes, str | bytes]
+
+
+class ClientDisconnectedError(OSError):
+    """What ``send`` raises after the client left when ``raise_on_send_after_disconnect`` is on (spec 2.4)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineEvent:
+    """One step in a request's life, in the order it happened.
+
+    ``kind`` is namespaced by who acted: ``client.*`` (the scripted peer), ``server.*`` (the fake's
+    receive/send), ``app.*`` (written by :class:`scorekit.testing.apps.AppRecorder`). ``tick`` is the
+    driver's logical clock when the event happened (0 outside :func:`scorekit.testing.run_script`).
+    """
+
+    kind: str
+    tick: int
+    message: Message | None = None
+    consumer: int | None = None
+    data: bytes | None = None
+
+
+@dataclass
+class Audit:
+    """What the fake server saw, for asserting single-consumer and transparency invariants.
+
+    ``max_in_flight`` counts tasks inside ``receive()`` at once (suspended or not) and ``max_waiting``
+    the ones suspended in it: both must stay at 1 behind a correct lifecycle layer (Q1).
+    ``calls_after_disconnect`` counts ``receive()`` calls made after the server had returned
+    ``http.disconnect`` once (Q2). ``delivered`` and ``sent`` hold the very message objects that went
+    through ``receive`` and ``send`` (so identity checks work), in order.
+    """
+
+    receive_calls: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
+    waiting: int = 0
+    max_waiting: int = 0
+    calls_after_disconnect: int = 0
+    disconnect_delivered: bool = False
+    send_errors: int = 0
+    delivered: list[Message] = field(default_factory=list)
+    sent: list[Message] = field(default_factory=list)
+    timeline: list[TimelineEvent] = field(default_factory=list)
+    tick: int = 0
+
+    def note(
+        self,
+        kind: str,
+        *,
+        message: Message | None = None,
+        consumer: int | None = None,
+        data: bytes | None = None,
+    ) -> None:
+        """Append an event stamped with the current logical tick."""
+        self.timeline.append(TimelineEvent(kind, self.tick, message, consumer, data))
+
+    def events(self, kind: str) -> list[TimelineEvent]:
+        """The events of one kind, in order."""
+        return [event for event in self.timeline if event.kind == kind]
+
+    def index_of(self, kind: str) -> int | None:
+        """Position of the first event of ``kind`` in the timeline, or None."""
+        for index, event in enumerate(self.timeline):
+            if event.kind == kind:
+                return index
+        return None
+
+    @property
+    def delivered_body(self) -> bytes:
+        """The body bytes the server handed out through ``receive()`` (all consumers, in order)."""
+        return b"".join(m.get("body", b"") for m in self.delivered if m.get("type") == "http.request")
+
+    def _enter_wait(self) -> None:
+        self.waiting += 1
+        self.max_waiting = max(self.max_waiting, self.waiting)
+
+    def _exit_wait(self) -> None:
+        self.waiting -= 1
+
+
+def _is_terminal(message: Message, expect_trailers: bool) -> bool:
+    """Whether ``message`` completes the response (final body, last trailers, pathsend, zerocopysend)."""
+    kind = message.get("type")
+    if kind in ("http.response.body", "http.response.zerocopysend"):
+        return not message.get("more_body", False) and not expect_trailers
+    if kind == "http.response.trailers":
+        return not message.get("more_trailers", False)
+    return kind == "http.response.pathsend"
+
+
+def _on_asyncio() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+class FakeServer(ABC):
+    """The common part of the three flavours: client control API, ``send`` tracking and the audit.
+
+    Client side (call these from the test, from any task, synchronously): :meth:`send_chunk`,
+    :meth:`finish_body`, :meth:`send_body`, :meth:`disconnect`, :meth:`inject` and
+    :meth:`disconnect_after_send`. ASGI side (hand these to the app): :meth:`receive` and :meth:`send`.
+    """
+
+    flavor: ClassVar[Flavor]
+    spec_version: ClassVar[str]
+
+    def __init__(self, *, raise_on_send_after_disconnect: bool = False) -> None:
+        self.audit = Audit()
+        self.raise_on_send_after_disconnect = raise_on_send_after_disconnect
+        self.client_disconnected = False
+        self.body_finished = False
+        self.response_started = False
+        self.response_complete = False
+        self.sent_body = bytearray()
+        self._expect_trailers = False
+        self._disconnect_after_sends: int | None = None
+        self._disconnect_on_complete = False
+
+    # -- client side ---------------------------------------------------------------------------------
+
+    def send_chunk(self, body: bytes) -> None:
+        """One body frame arrives from the client (an empty one is allowed: it exercises empty chunks)."""
+        if self.client_disconnected or self.body_finished:
+            raise RuntimeError("the client cannot send body after finishing it or disconnecting")
+        self.sent_body += body
+        self.audit.note("client.chunk", data=bytes(body))
+        self._on_chunk(bytes(body))
+
+    def finish_body(self, *, omit_more_body: bool = False, omit_body: bool = False) -> None:
+        """The body is complete. ``omit_*`` drop keys from the final message (both default per the spec)."""
+        if self.client_disconnected or self.body_finished:
+            raise RuntimeError("the body is already finished or the client is gone")
+        self.body_finished = True
+        self.audit.note("client.finish")
+        self._on_finish(omit_more_body=omit_more_body, omit_body=omit_body)
+
+    def send_body(self, chunks: Iterable[bytes], *, omit_more_body: bool = False, omit_body: bool = False) -> None:
+        """Send every chunk, then finish the body: a whole request body at once."""
+        for chunk in chunks:
+            self.send_chunk(chunk)
+        self.finish_body(omit_more_body=omit_more_body, omit_body=omit_body)
+
+    def disconnect(self) -> None:
+        """The client closes the connection (idempotent)."""
+        if self.client_disconnected:
+            return
+        self.client_disconnected = True
+        self.audit.note("client.disconnect")
+        self._on_disconnect()
+
+    def inject(self, message: Message) -> None:
+        """Queue a raw message as the server would deliver it (stray ``http.request`` after the body...)."""
+        self.audit.note("client.inject", message=message)
+        self._on_inject(dict(message))
+
+    def disconnect_after_send(self, count: int) -> None:
+        """Disconnect the client right after the app's ``count``-th ``send`` (1-based) was recorded."""
+        self._disconnect_after_sends = count
+
+    def disconnect_on_response_complete(self) -> None:
+        """Disconnect the client right after the terminal response message (e.g. to test C2)."""
+        self._disconnect_on_complete = True
+
+    # -- ASGI side -----------------------------------------------------------------------------------
+
+    async def receive(self) -> Message:
+        """The server's ``receive``: audited, then the flavour's semantics."""
+        audit = self.audit
+        audit.receive_calls += 1
+        if audit.disconnect_delivered:
+            audit.calls_after_disconnect += 1
+        audit.in_flight += 1
+        audit.max_in_flight = max(audit.max_in_flight, audit.in_flight)
+        audit.note("server.receive.call")
+        try:
+            message = await self._receive()
+        finally:
+            audit.in_flight -= 1
+        audit.delivered.append(message)
+        audit.note("server.receive.return", message=message)
+        if message.get("type") == "http.disconnect":
+            audit.disconnect_delivered = True
+        return message
+
+    async def send(self, message: Message) -> None:
+        """The server's ``send``: records the message (the same object), tracks response completion."""
+        self.audit.sent.append(message)
+        self.audit.note("server.send", message=message)
+        if self.client_disconnected and self.raise_on_send_after_disconnect:
+            self.audit.send_errors += 1
+            raise ClientDisconnectedError("the client is gone")
+        if not self.response_complete:
+            if message.get("type") == "http.response.start":
+                self.response_started = True
+                self._expect_trailers = bool(message.get("trailers", False))
+            elif self.response_started and _is_terminal(message, self._expect_trailers):
+                self.response_complete = True
+                self.audit.note("server.response_complete")
+                self._on_response_complete()
+                if self._disconnect_on_complete:
+                    self.disconnect()
+        if self._disconnect_after_sends is not None and len(self.audit.sent) >= self._disconnect_after_sends:
+            self._disconnect_after_sends = None
+            self.disconnect()
+        await self._after_send()
+
+    # -- flavour hooks -------------------------------------------------------------------------------
+
+    @abstractmethod
+    async def _receive(self) -> Message: ...
+
+    @abstractmethod
+    def _on_chunk(self, body: bytes) -> None: ...
+
+    @abstractmethod
+    def _on_finish(self, *, omit_more_body: bool, omit_body: bool) -> None: ...
+
+    @abstractmethod
+    def _on_disconnect(self) -> None: ...
+
+    @abstractmethod
+    def _on_response_complete(self) -> None: ...
+
+    @abstractmethod
+    def _on_inject(self, message: Message) -> None: ...
+
+    async def _after_send(self) -> None:
+        """Whether ``send`` yields to the loop: a real write usually does; uvicorn's does not."""
+        await anyio.lowlevel.checkpoint()
+
+
+def _terminator(omit_more_body: bool, omit_body: bool, body: bytes = b"") -> Message:
+    message: Message = {"type": "http.request"}
+    if body or not omit_body:
+        message["body"] = body
+    if not omit_more_body:
+        message["more_body"] = False
+    return message
+
+
+class UvicornServer(FakeServer):
+    """uvicorn's receive: one state object (merged body buffer, flags) and one event that wakes everyone.
+
+    Mirrors ``RequestResponseCycle.receive`` of the h11/httptools protocols: a waiter waits on the event
+    unless the client is gone or the response is complete, clears it, then answers ``http.disconnect`` if
+    either flag is set, else the whole buffer as one message. A second waiter woken by the same event
+    therefore gets an empty duplicate chunk, and after the response ``receive()`` never suspends.
+    ``send`` does not yield (uvicorn writes to the transport synchronously).
+    """
+
+    flavor: ClassVar[Flavor] = "uvicorn"
+    spec_version: ClassVar[str] = "2.3"
+
+    def __init__(self, *, raise_on_send_after_disconnect: bool = False) -> None:
+        super().__init__(raise_on_send_after_disconnect=raise_on_send_after_disconnect)
+        self._body = bytearray()
+        self._more_body = True
+        self._omit_more_body = False
+        self._omit_body = False
+        self._raw: deque[Message] = deque()
+        self._ended = False
+        self._event = anyio.Event()
+
+    async def _receive(self) -> Message:
+        if not (self.client_disconnected or self.response_complete):
+            if not self._event.is_set():  # an asyncio.Event that is set does not yield
+                self.audit._enter_wait()
+                try:
+                    await self._event.wait()
+                finally:
+                    self.audit._exit_wait()
+            if self._event.is_set():  # Event.clear()
+                self._event = anyio.Event()
+        if self.client_disconnected or self.response_complete:
+            return {"type": "http.disconnect"}
+        if self._raw and self._ended:  # injected messages come after the real end of the body
+            return self._raw.popleft()
+        body = bytes(self._body)
+        self._body.clear()
+        if self._more_body:
+            return {"type": "http.request", "body": body, "more_body": True}
+        self._ended = True
+        if self._raw:
+            self._event.set()  # the injected messages are ready for the next call
+        return _terminator(self._omit_more_body, self._omit_body, body)
+
+    def _on_chunk(self, body: bytes) -> None:
+        self._body += body
+        self._event.set()
+
+    def _on_finish(self, *, omit_more_body: bool, omit_body: bool) -> None:
+        self._more_body = False
+        self._omit_more_body = omit_more_body
+        self._omit_body = omit_body
+        self._event.set()
+
+    def _on_disconnect(self) -> None:
+        self._event.set()
+
+    def _on_response_complete(self) -> None:
+        self._event.set()
+
+    def _on_inject(self, message: Message) -> None:
+        self._raw.append(message)
+        self._event.set()
+
+    async def _after_send(self) -> None:
+        return None
+
+
+class _Waiter:
+    __slots__ = ("event", "message")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.message: Message | None = None
+
+
+class _FirstComeServer(FakeServer):
+    """A FIFO of messages with first-come waiters: a message goes to exactly one waiter, the earliest."""
+
+    def __init__(self, *, raise_on_send_after_disconnect: bool = False) -> None:
+        super().__init__(raise_on_send_after_disconnect=raise_on_send_after_disconnect)
+        self._queue: deque[Message] = deque()
+        self._waiters: deque[_Waiter] = deque()
+
+    def _hand_out(self) -> None:
+        """Give queued messages to waiting tasks, oldest waiter first."""
+        while self._queue and self._waiters:
+            waiter = self._waiters.popleft()
+            waiter.message = self._queue.popleft()
+            waiter.event.set()
+        self._refill()
+
+    def _refill(self) -> None:
+        """Move client-side pending messages into the queue when it has room (hypercorn only)."""
+
+    async def _wait_for_message(self) -> Message:
+        waiter = _Waiter()
+        self._waiters.append(waiter)
+        self.audit._enter_wait()
+        try:
+            await waiter.event.wait()
+        except BaseException:
+            if waiter.message is not None:  # handed over, then cancelled: the message is not lost
+                self._queue.appendleft(waiter.message)
+                self._hand_out()
+            else:
+                self._waiters.remove(waiter)
+            raise
+        finally:
+            self.audit._exit_wait()
+        assert waiter.message is not None
+        return waiter.message
+
+
+class HypercornServer(_FirstComeServer):
+    """hypercorn's receive: a bounded queue (10), one message per frame, a one-shot disconnect.
+
+    Mirrors ``HTTPStream``: each body frame becomes ``{"body": frame, "more_body": True}``, the end of the
+    body an empty message with ``more_body=False``, and the first of client close or response completion
+    queues exactly one ``http.disconnect``; after that the queue stays empty and ``receive()`` blocks
+    forever. When the queue is full, later messages wait on the client side (that is hypercorn's
+    backpressure), in order. On asyncio ``receive()`` takes a waiting item without yielding
+    (``asyncio.Queue.get``); on trio it checks for cancellation first and yields after (memory channel).
+    """
+
+    flavor: ClassVar[Flavor] = "hypercorn"
+    spec_version: ClassVar[str] = "2.1"
+
+    def __init__(self, *, raise_on_send_after_disconnect: bool = False) -> None:
+        super().__init__(raise_on_send_after_disconnect=raise_on_send_after_disconnect)
+        self._pending: deque[Message] = deque()
+        self._closed = False
+
+    @property
+    def pending_client_messages(self) -> int:
+        """Messages held back on the client side because the app queue is full."""
+        return len(self._pending)
+
+    def _offer(self, message: Message) -> None:
+        self._pending.append(message)
+        self._refill()
+        self._hand_out()
+
+    def _refill(self) -> None:
+        while self._pending and len(self._queue) < HYPERCORN_QUEUE_SIZE:
+            self._queue.append(self._pending.popleft())
+
+    def _close_once(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._offer({"type": "http.disconnect"})
+
+    async def _receive(self) -> Message:
+        trio_like = not _on_asyncio()
+        if trio_like:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        if self._queue:
+            message = self._queue.popleft()
+            self._refill()
+            if trio_like:
+                await anyio.lowlevel.cancel_shielded_checkpoint()
+            return message
+        return await self._wait_for_message()
+
+    def _on_chunk(self, body: bytes) -> None:
+        if not self._closed:
+            self._offer({"type": "http.request", "body": body, "more_body": True})
+
+    def _on_finish(self, *, omit_more_body: bool, omit_body: bool) -> None:
+        if not self._closed:
+            self._offer(_terminator(omit_more_body, omit_body))
+
+    def _on_disconnect(self) -> None:
+        self._close_once()
+
+    def _on_response_complete(self) -> None:
+        self._close_once()
+
+    def _on_inject(self, message: Message) -> None:
+        if not self._closed:
+            self._offer(message)
+
+
+class GranianServer(_FirstComeServer):
+    """granian's receive: per frame plus an empty terminator, first-come, then a sticky disconnect.
+
+    Once the client is gone or the response is complete, ``receive()`` first returns whatever body is
+    still unread (the "tail", for example the final empty ``http.request``), then ``http.disconnect`` at
+    once on every call. Every call yields once before it takes anything (a Rust future resolved on the
+    loop), so a call from a cancelled scope consumes nothing.
+    """
+
+    flavor: ClassVar[Flavor] = "granian"
+    spec_version: ClassVar[str] = "2.3"
+
+    def __init__(self, *, raise_on_send_after_disconnect: bool = False) -> None:
+        super().__init__(raise_on_send_after_disconnect=raise_on_send_after_disconnect)
+        self._closed = False
+
+    async def _receive(self) -> Message:
+        await anyio.lowlevel.checkpoint()
+        if self._queue:
+            return self._queue.popleft()
+        if self._closed:
+            return {"type": "http.disconnect"}
+        return await self._wait_for_message()
+
+    def _offer(self, message: Message) -> None:
+        self._queue.append(message)
+        self._hand_out()
+
+    def _close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        while self._waiters:  # the queue is empty whenever someone waits
+            waiter = self._waiters.popleft()
+            waiter.message = {"type": "http.disconnect"}
+            waiter.event.set()
+
+    def _on_chunk(self, body: bytes) -> None:
+        self._offer({"type": "http.request", "body": body, "more_body": True})
+
+    def _on_finish(self, *, omit_more_body: bool, omit_body: bool) -> None:
+        self._offer(_terminator(omit_more_body, omit_body))
+
+    def _on_disconnect(self) -> None:
+        self._close()
+
+    def _on_response_complete(self) -> None:
+        self._close()
+
+    def _on_inject(self, message: Message) -> None:
+        self._offer(message)
+
+
+_SERVER_CLASSES: dict[Flavor, type[FakeServer]] = {
+    "uvicorn": UvicornServer,
+    "hypercorn": HypercornServer,
+    "granian": GranianServer,
+}
+
+
+def make_server(flavor: Flavor, *, raise_on_send_after_disconnect: bool = False) -> FakeServer:
+    """A fresh fake server (one request) of the given flavour.
+
+    ``raise_on_send_after_disconnect`` switches on the spec 2.4 behaviour: ``send`` raises
+    :class:`ClientDisconnectedError` (an ``OSError``) once the client is gone, instead of dropping it.
+    """
+    return _SERVER_CLASSES[flavor](raise_on_send_after_disconnect=raise_on_send_after_disconnect)
+
+
+# -- scopes ----------------------------------------------------------------------------------------------
+
+_GRANIAN_ASGI: dict[str, Any] = {"version": "3.0", "spec_version": "2.3"}
+_GRANIAN_EXTENSIONS: dict[str, Any] = {"http.response.pathsend": {}}
+_GRANIAN_ASGI_INITIAL = dict(_GRANIAN_ASGI)
+_GRANIAN_EXTENSIONS_INITIAL = dict(_GRANIAN_EXTENSIONS)
+
+
+def granian_shared_dicts() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The process-wide ``(asgi, extensions)`` dicts every granian-flavour scope refers to."""
+    return _GRANIAN_ASGI, _GRANIAN_EXTENSIONS
+
+
+def reset_granian_shared() -> None:
+    """Restore the shared granian dicts in place (for test isolation after a deliberate pollution)."""
+    _GRANIAN_ASGI.clear()
+    _GRANIAN_ASGI.update(_GRANIAN_ASGI_INITIAL)
+    _GRANIAN_EXTENSIONS.clear()
+    _GRANIAN_EXTENSIONS.update(_GRANIAN_EXTENSIONS_INITIAL)
+
+
+def _header_bytes(value: str | bytes) -> bytes:
+    return value.encode("latin-1") if isinstance(value, str) else value
+
+
+def make_scope(
+    flavor: Flavor,
+    *,
+    path: str = "/",
+    method: str = "GET",
+    headers: Iterable[HeaderItem] = (),
+    query_string: bytes = b"",
+    root_path: str = "",
+    state: dict[str, Any] | None = None,
+    type: Literal["http", "websocket", "lifespan"] = "http",
+) -> Scope:
+    """The scope the flavour's server would build for one request (header names lower-cased bytes).
+
+    uvicorn: a fresh ``asgi`` dict (spec 2.3), no ``extensions`` key for HTTP, ``state`` a shallow copy.
+    hypercorn: spec 2.1, fresh ``extensions`` (empty for HTTP/1.1), ``state`` copied.
+    granian: the **process-wide** ``asgi`` and ``extensions`` dicts (see :func:`granian_shared_dicts`).
+    """
+    state_copy = dict(state) if state is not None else {}
+    if flavor == "granian":
+        asgi, extensions = _GRANIAN_ASGI, _GRANIAN_EXTENSIONS
+    else:
+        spec = HypercornServer.spec_version if flavor == "hypercorn" else UvicornServer.spec_version
+        asgi = {"version": "3.0", "spec_version": spec}
+        extensions = {}
+    if type == "lifespan":
+        return {"type": "lifespan", "asgi": asgi, "state": state_copy}
+    header_list = [(_header_bytes(name).lower(), _header_bytes(value)) for name, value in headers]
+    scope: Scope = {
+        "type": type,
+        "asgi": asgi,
+        "http_version": "1.1",
+        "scheme": "ws" if type == "websocket" else "http",
+        "path": path,
+        "raw_path": path.encode("utf-8"),
+        "query_string": query_string,
+        "root_path": root_path,
+        "headers": header_list,
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+        "state": state_copy,
+    }
+    if type == "http":
+        scope["method"] = method.upper()
+    if flavor != "uvicorn" or type == "websocket":
+        scope["extensions"] = extensions
+    return scope

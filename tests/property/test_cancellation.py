@@ -1,0 +1,296 @@
+"""C1-C6: cancellation on disconnect, no cancellation after the response, structured cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+
+import anyio
+import anyio.lowlevel
+import pytest
+from hypothesis import given, target
+from hypothesis import strategies as st
+
+from scorekit.asgi import ASGIApp, Receive, Scope, Send
+from scorekit.lifecycle import LifecycleMiddleware
+from scorekit.load import LoadCounter
+from scorekit.testing import (
+    AppBehaviour,
+    AppError,
+    AppRecorder,
+    Audit,
+    Backend,
+    BehaviourApp,
+    BehaviourKind,
+    Flavor,
+    Scenario,
+    make_server,
+    run_script,
+    ticks,
+)
+from scorekit.testing.apps import respond
+from scorekit.testing.strategies import client_scripts, scenarios
+
+from .conftest import K_TICKS, PROPERTY, each_backend, each_flavor, run, run_mw
+
+BUSY_KINDS: tuple[BehaviourKind, ...] = (
+    "eager",
+    "lazy",
+    "two_readers",
+    "poller",
+    "slow",
+    "streams",
+    "reads_after_start",
+)
+"""Apps that keep the pump allowed to read (they ask for the body), so a disconnect is always seen."""
+
+
+def first_tick(audit: Audit, *kinds: str) -> int | None:
+    ticks_ = [e.tick for e in audit.timeline if e.kind in kinds]
+    return min(ticks_) if ticks_ else None
+
+
+@each_flavor
+@each_backend
+@PROPERTY
+@given(scenario=scenarios(kinds=BUSY_KINDS, disconnects=("before_body", "mid_body", "after_body", "mid_response")))
+def test_C1_disconnect_cancels_within_k_ticks(flavor: Flavor, backend: Backend, scenario: Scenario) -> None:
+    """A disconnect before the response is complete ends the app within K ticks (buffer below its cap)."""
+    outcome = run(backend, run_mw, scenario, flavor)
+    audit = outcome.audit
+    gone = first_tick(audit, "client.disconnect")
+    if gone is None:  # the app was done before the client left: nothing to cancel
+        assert outcome.returned or outcome.error is not None
+        return
+    ended = first_tick(audit, "app.cancelled", "app.return", "app.error", "server.response_complete")
+    assert ended is not None
+    queued = len(scenario.script.chunks) + 2  # messages a one-shot server may queue ahead of it
+    target(float(ended - gone))
+    assert ended - gone <= K_TICKS + queued
+    if audit.index_of("server.response_complete") is None:  # nothing raced it: the app learnt it
+        assert outcome.observation().canonical()[2] in ("client_gone", "error")
+
+
+class AfterResponse:
+    """Responds (final body), then listens: receive() until http.disconnect, then works ``k`` ticks."""
+
+    def __init__(self, audit: Audit, work: int, listen: bool) -> None:
+        self.recorder = AppRecorder(audit)
+        self.work = work
+        self.listen = listen
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.recorder.read_to_end(receive)
+            await respond(send, b"done")
+            if self.listen:
+                while (await self.recorder.receive(receive))["type"] != "http.disconnect":
+                    pass
+            await ticks(self.work)
+            self.recorder.note("app.background_done")
+        except anyio.get_cancelled_exc_class():
+            self.recorder.note("app.cancelled")
+            raise
+
+
+@each_flavor
+@each_backend
+@PROPERTY
+@given(data=st.data(), work=st.integers(0, 30), listen=st.booleans())
+def test_C2_no_cancel_after_final_body(
+    flavor: Flavor, backend: Backend, data: st.DataObject, work: int, listen: bool
+) -> None:
+    """A disconnect after the terminal response message never cancels post-response work."""
+    script = data.draw(client_scripts(disconnects=("none", "after_final_body")))
+    server = make_server(flavor)
+    app = AfterResponse(server.audit, work, listen)
+
+    async def main() -> None:
+        outcome = await run_script(LifecycleMiddleware(app), script, server=server)
+        assert not outcome.hung
+        assert outcome.returned
+
+    run(backend, main)
+    assert server.audit.events("app.background_done")
+    assert not server.audit.events("app.cancelled")
+
+
+def task_snapshot() -> set[int]:
+    return {task.id for task in anyio.get_running_tasks()}
+
+
+class TaskProbe:
+    """Around the middleware: the tasks alive before the call and after it returned (or raised)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.leftover: set[int] | None = None
+        self.waiting_after: int | None = None
+        self.audit: Audit | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        before = task_snapshot()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.leftover = task_snapshot() - before
+
+
+@each_flavor
+@each_backend
+@PROPERTY
+@given(scenario=scenarios(stray=True, expect_continue=None))
+def test_C3_no_orphan_tasks(flavor: Flavor, backend: Backend, scenario: Scenario) -> None:
+    """When the middleware returns, every task it spawned (the pump) has finished."""
+    probe: list[TaskProbe] = []
+
+    def wrap(app: ASGIApp) -> ASGIApp:
+        probe.append(TaskProbe(LifecycleMiddleware(app)))
+        return probe[0]
+
+    outcome = run(backend, run_mw, scenario, flavor, wrap=wrap)
+    assert probe[0].leftover == set()
+    assert outcome.audit.waiting == 0
+    assert outcome.audit.in_flight == 0
+
+
+@each_flavor
+@each_backend
+@PROPERTY
+@given(
+    scenario=scenarios(kinds=("raises", "slow", "eager", "streams", "two_readers")),
+)
+def test_C4_returns_normally_or_raises_unwrapped(flavor: Flavor, backend: Backend, scenario: Scenario) -> None:
+    """A disconnect-cancelled app makes the middleware return normally; app errors propagate unchanged."""
+    outcome = run(backend, run_mw, scenario, flavor)
+    assert outcome.app is not None
+    seen = outcome.observation()
+    if seen.errored:
+        assert outcome.error is outcome.app.error
+        assert type(outcome.error) is AppError
+    else:
+        assert outcome.error is None
+        assert outcome.returned
+    if seen.cancelled:
+        assert outcome.audit.events("client.disconnect")
+
+
+Mode = Literal["scope", "native"]
+
+
+@pytest.mark.parametrize(("backend", "mode"), [("asyncio", "scope"), ("trio", "scope"), ("asyncio", "native")])
+@each_flavor
+@PROPERTY
+@given(scenario=scenarios(), after=st.integers(0, 40))
+def test_C5_external_cancel_reraised(
+    flavor: Flavor, backend: Backend, mode: Mode, scenario: Scenario, after: int
+) -> None:
+    """A cancellation from outside (server shutdown, an outer scope) is re-raised; cleanup still runs.
+
+    ``scope`` cancels an anyio scope around the middleware (level-triggered: if the middleware had
+    already absorbed one delivery while ending a disconnect, the very next checkpoint raises it);
+    ``native`` (asyncio only) calls ``Task.cancel()`` on the task running it, as servers do on
+    shutdown (edge-triggered: that one ``CancelledError`` must come out).
+    """
+    load = LoadCounter()
+    result: dict[str, Any] = {}
+
+    def wrap(app: ASGIApp) -> ASGIApp:
+        inner = LifecycleMiddleware(app, load=load)
+
+        async def outer(scope: Scope, receive: Receive, send: Send) -> None:
+            if mode == "native":
+                await native(inner, scope, receive, send)
+                return
+            cancel = anyio.CancelScope()
+            async with anyio.create_task_group() as group:
+
+                async def cancel_later() -> None:
+                    await ticks(after)
+                    result["cancel_requested"] = "end" not in result
+                    cancel.cancel()
+
+                group.start_soon(cancel_later)
+                with cancel:
+                    try:
+                        await inner(scope, receive, send)
+                        result["end"] = "returned"
+                        # anyio cancellation is level-triggered: an inner scope may absorb one delivery,
+                        # but the outer scope must still be cancelled at the caller's next checkpoint.
+                        await anyio.lowlevel.checkpoint()
+                    except anyio.get_cancelled_exc_class():
+                        result["end"] = result.get("end", "raised") + "+raised"
+                        raise
+                    except Exception as exc:  # the app's own error may win the race: it propagates
+                        result["end"] = "error"
+                        result["error"] = exc
+                        raise
+                group.cancel_scope.cancel()
+
+        return outer
+
+    async def native(inner: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+        task = asyncio.ensure_future(inner(scope, receive, send))
+        for _ in range(after):
+            if task.done():
+                break
+            await anyio.lowlevel.checkpoint()
+        result["cancel_requested"] = not task.done()
+        task.cancel()
+        try:
+            await task
+            result["end"] = "returned"
+        except asyncio.CancelledError:
+            result["end"] = "raised"  # edge-triggered: the one CancelledError must come out
+        except Exception as exc:
+            result["end"] = "error"
+            result["error"] = exc
+            raise
+
+    outcome = run(backend, run_mw, scenario, flavor, wrap=wrap)
+    assert load.total == 0
+    audit = outcome.audit
+    if result.get("cancel_requested"):
+        if result["end"] == "error":
+            assert type(result["error"]) is AppError  # only the app's own exception, unwrapped
+        else:
+            assert result["end"].endswith("raised"), "an outside cancellation was swallowed"
+    # A native Task.cancel() also interrupts anyio-shielded awaits (asyncio semantics, nothing a
+    # middleware can change), so there only synchronous cleanup is guaranteed; the load decrement is.
+    if audit.events("app.start") and (mode == "scope" or scenario.behaviour.cleanup_ticks == 0):
+        assert audit.events("app.finally"), "the app's cleanup did not run"
+
+
+class CleanupProbe:
+    """Around the middleware: was the app's ``finally`` (with awaited, shielded cleanup) done at return?"""
+
+    def __init__(self, app: ASGIApp, audit: Audit) -> None:
+        self.app = app
+        self.audit = audit
+        self.started_then_finished: bool | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            kinds = [e.kind for e in self.audit.timeline]
+            self.started_then_finished = "app.start" not in kinds or "app.finally" in kinds
+
+
+@each_flavor
+@each_backend
+@PROPERTY
+@given(scenario=scenarios(), cleanup=st.integers(1, 6))
+def test_C6_cleanup_runs_before_return(flavor: Flavor, backend: Backend, scenario: Scenario, cleanup: int) -> None:
+    """The app's finally/cleanup blocks (even awaited ones) complete before the middleware returns."""
+    b = scenario.behaviour
+    behaviour = AppBehaviour(b.kind, b.ticks, b.count, b.raise_at, b.background_ticks, cleanup_ticks=cleanup)
+    server = make_server(flavor)
+    probe = CleanupProbe(LifecycleMiddleware(BehaviourApp(behaviour, server.audit)), server.audit)
+
+    async def main() -> None:
+        outcome = await run_script(probe, scenario.script, server=server)
+        assert not outcome.hung
+
+    run(backend, main)
+    assert probe.started_then_finished is True
