@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+
 import anyio
 import anyio.abc
 import anyio.lowlevel
