@@ -1,4 +1,9 @@
-"""Real servers on free loopback ports, each in its own thread and event loop, for end-to-end tests."""
+"""Real servers on free loopback ports, each in its own thread and event loop, for end-to-end tests.
+
+``serve(app, server)`` runs ``app`` under uvicorn, hypercorn or granian (granian's embedded server), with the
+lifespan, and yields a :class:`Live`: blocking JSON helpers over urllib, plus raw-socket helpers for what
+urllib cannot do (a body in timed pieces, chunked transfer encoding, closing the socket mid-request).
+"""
 
 from __future__ import annotations
 
@@ -10,15 +15,15 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
 
-from scorekit.asgi import ASGIApp
+from scorekit.asgi import ASGIApp, Message, Receive, Scope, Send
 
-SERVERS = ("uvicorn", "hypercorn")
+SERVERS = ("uvicorn", "hypercorn", "granian")
 
 
 def free_port() -> int:
@@ -34,6 +39,7 @@ class Live:
 
     host: str
     port: int
+    server: str = "uvicorn"
 
     @property
     def url(self) -> str:
@@ -74,6 +80,86 @@ class Live:
             time.sleep(0.02)
         return value
 
+    # -- raw sockets ---------------------------------------------------------------------------------
+
+    def connect(self, timeout: float = 60) -> socket.socket:
+        return socket.create_connection((self.host, self.port), timeout=timeout)
+
+    def raw(self, pieces: list[bytes], *, pause: float = 0.0, timeout: float = 60) -> tuple[int, dict[str, str], bytes]:
+        """Send ``pieces`` one ``sendall`` each, ``pause`` seconds apart, then read one response."""
+        with self.connect(timeout) as sock:
+            for i, piece in enumerate(pieces):
+                if i and pause:
+                    time.sleep(pause)
+                sock.sendall(piece)
+            return read_response(sock)
+
+
+def http_head(method: str, path: str, headers: dict[str, str]) -> bytes:
+    """A request line and headers (``Host`` and ``Connection: close`` added) for a raw socket."""
+    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", "Connection: close"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def chunked(pieces: list[bytes]) -> list[bytes]:
+    """``pieces`` as Transfer-Encoding: chunked frames, the terminating zero-size chunk last."""
+    return [b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces if piece] + [b"0\r\n\r\n"]
+
+
+def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """Read one HTTP/1.1 response: status, lower-cased headers, and the body (sized, chunked or to EOF)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        got = sock.recv(65536)
+        if not got:
+            raise ConnectionError(f"connection closed before the response headers: {data!r}")
+        data += got
+    head, rest = data.split(b"\r\n\r\n", 1)
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    status = int(status_line.split()[1])
+    headers: dict[str, str] = {}
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+
+    def more() -> bytes:
+        got = sock.recv(65536)
+        if not got:
+            raise ConnectionError("connection closed in the middle of the response body")
+        return got
+
+    if "content-length" in headers:
+        size = int(headers["content-length"])
+        while len(rest) < size:
+            rest += more()
+        return status, headers, rest[:size]
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        body = b""
+        while True:
+            while b"\r\n" not in rest:
+                rest += more()
+            size_line, rest = rest.split(b"\r\n", 1)
+            size = int(size_line.split(b";")[0], 16)
+            if size == 0:
+                return status, headers, body
+            while len(rest) < size + 2:
+                rest += more()
+            body, rest = body + rest[:size], rest[size + 2 :]
+    while got := sock.recv(65536):
+        rest += got
+    return status, headers, rest
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 10.0, interval: float = 0.005) -> bool:
+    """Poll ``condition`` until it is truthy or ``timeout`` passes; return whether it became truthy."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval)
+    return True
+
 
 @contextlib.contextmanager
 def serve(app: ASGIApp, server: str = "uvicorn", *, lifespan: bool = True) -> Iterator[Live]:
@@ -83,10 +169,12 @@ def serve(app: ASGIApp, server: str = "uvicorn", *, lifespan: bool = True) -> It
         runner = _uvicorn(app, port, lifespan)
     elif server == "hypercorn":
         runner = _hypercorn(app, port)  # hypercorn always runs the lifespan
+    elif server == "granian":
+        runner = _granian(app, port, lifespan)
     else:
         raise ValueError(server)
     with runner:
-        yield Live("127.0.0.1", port)
+        yield Live("127.0.0.1", port, server)
 
 
 @contextlib.contextmanager
@@ -128,6 +216,72 @@ def _hypercorn(app: ASGIApp, port: int) -> Iterator[None]:
         yield
     finally:
         loop.call_soon_threadsafe(stop.set)
+        thread.join(30)
+
+
+class _LifespanWatch:
+    """Passes everything through; notes when the app reports its lifespan startup complete or failed.
+
+    granian listens before the lifespan has run, so accepting connections does not mean the model is
+    loaded. HTTP scopes go to the app untouched (same scope, receive and send objects).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.done = threading.Event()
+        self.failed: str | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+
+        async def watched_send(message: Message) -> None:
+            if message["type"] == "lifespan.startup.failed":
+                self.failed = str(message.get("message", ""))
+            await send(message)
+            if message["type"] in ("lifespan.startup.complete", "lifespan.startup.failed"):
+                self.done.set()
+
+        await self.app(scope, receive, watched_send)
+
+
+@contextlib.contextmanager
+def _granian(app: ASGIApp, port: int, lifespan: bool) -> Iterator[None]:
+    """granian's embedded server (granian.server.embed.Server) on its own asyncio loop in a thread."""
+    from granian.constants import Interfaces
+    from granian.log import LogLevels
+    from granian.server.embed import Server
+
+    watch = _LifespanWatch(app)
+    loop = asyncio.new_event_loop()
+    server = Server(
+        target=watch,
+        address="127.0.0.1",
+        port=port,
+        interface=Interfaces.ASGI if lifespan else Interfaces.ASGINL,
+        log_level=LogLevels.warning,
+    )
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(server.serve())
+        finally:
+            loop.close()
+
+    thread = threading.Thread(target=run, name="granian", daemon=True)
+    thread.start()
+    try:
+        ready = watch.done.is_set if lifespan else lambda: _accepts(port)
+        _wait_until(lambda: ready() or not thread.is_alive(), "granian did not start")
+        assert thread.is_alive() and watch.failed is None, f"granian failed to start: {watch.failed}"
+        _wait_until(lambda: _accepts(port) or not thread.is_alive(), "granian does not accept connections")
+        yield
+    finally:
+        if not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed in between
+                loop.call_soon_threadsafe(server.stop)
         thread.join(30)
 
 

@@ -1,4 +1,8 @@
-"""Servers for the end-to-end tests: real uvicorn on loopback, real models loaded with transformers."""
+"""Servers for the end-to-end tests: real servers on loopback, real models loaded with transformers.
+
+Most fixtures serve under uvicorn (what `scorekit serve` runs). ``server`` is parametrized over every
+server in ``tests.live.SERVERS``; a test that takes ``served_minilm`` runs once under each of them.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import pytest
 from scorekit.app import ScorekitApp, create_app
 from scorekit.engine import EngineConfig
 from scorekit.settings import Settings
-from tests.live import Live, serve
+from tests.live import SERVERS, Live, serve
 from tests.tiny_models import build_causal_lm, build_cross_encoder
 
 
@@ -48,9 +52,33 @@ def causal_lm(causal_lm_dir: Path) -> Iterator[Live]:
         yield live
 
 
+# Small batches, so that a large request spans many of them (disconnect and fairness tests).
+SMALL_BATCHES = EngineConfig(max_batch_size=16, max_batch_tokens=4096)
+
+
+@pytest.fixture(scope="session", params=SERVERS)
+def server(request: pytest.FixtureRequest) -> str:
+    """The ASGI server a test runs under: uvicorn, hypercorn or granian."""
+    name: str = request.param
+    return name
+
+
+@pytest.fixture(scope="session")
+def served_minilm_app(server: str) -> ScorekitApp:
+    """The app behind ``served_minilm``, for its worker's counters (one app per server)."""
+    return create_app(Settings(engine=SMALL_BATCHES))
+
+
+@pytest.fixture(scope="session")
+def served_minilm(server: str, served_minilm_app: ScorekitApp) -> Iterator[Live]:
+    """The embedded model, with small batches, under each server in turn (``live.server`` says which)."""
+    with serve(served_minilm_app, server) as live:
+        yield live
+
+
 @pytest.fixture
 def small_batches() -> Iterator[tuple[ScorekitApp, Live]]:
     """MiniLM with small batches, so a large request spans many of them."""
-    app = create_app(Settings(engine=EngineConfig(max_batch_size=16, max_batch_tokens=4096)))
+    app = create_app(Settings(engine=SMALL_BATCHES))
     with serve(app) as live:
         yield app, live
