@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 import time
@@ -128,6 +129,9 @@ class _DrainingServer(uvicorn.Server):
     async def on_tick(self, counter: int) -> bool:
         deadline = self._drain_deadline
         if deadline is not None and (self._scorekit.load.routed == 0 or time.monotonic() >= deadline):
+            # uvicorn's own graceful wait comes after the drain: give it only what is left of the one
+            # shutdown_timeout, or a request could run for twice as long as the flag promises.
+            self.config.timeout_graceful_shutdown = math.ceil(max(0.0, deadline - time.monotonic()))
             return True
         return await super().on_tick(counter)
 

@@ -10,7 +10,11 @@ from typing import Annotated, Literal
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-TruncateTokens = Annotated[int, Meta(ge=-1, description="Keep this many tokens; -1 means the model maximum.")]
+# msgspec decodes any JSON integer (10**30 too) into an unbounded Python int; a count field stops at int64.
+INT64_MAX = 2**63 - 1
+TruncateTokens = Annotated[
+    int, Meta(ge=-1, le=INT64_MAX, description="Keep this many tokens; -1 means the model maximum.")
+]
 TruncationSide = Literal["left", "right"]
 TextSide = str | list[str]
 
@@ -50,7 +54,7 @@ class RerankRequest(Struct, kw_only=True):
     query: str
     documents: list[str | TextDocument]
     model: str | None = None
-    top_n: Annotated[int, Meta(ge=0, description="0 means every document.")] = 0
+    top_n: Annotated[int, Meta(ge=0, le=INT64_MAX, description="0 means every document.")] = 0
     return_documents: bool = True
     truncate_prompt_tokens: TruncateTokens | None = None
     truncation_side: TruncationSide | None = None

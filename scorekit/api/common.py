@@ -40,13 +40,15 @@ def decode(request: Request, kind: type[S]) -> S:
     if media_type != "application/json":
         raise bad_request("Unsupported Media Type: Only 'application/json' is allowed", "content-type")
     try:
-        decoded = _decoder(kind).decode(request.body)
+        decoded: S = _decoder(kind).decode(request.body)
     except msgspec.ValidationError as exc:
         message = str(exc)
         found = _FIELD_AT.search(message) or _MISSING.search(message)
         raise bad_request(message, found.group(1) if found else None) from None
     except msgspec.DecodeError as exc:
         raise bad_request(f"Invalid JSON: {exc}") from None
+    except RecursionError:  # msgspec's depth guard; no valid request nests this deep
+        raise bad_request("Invalid JSON: the body is nested too deeply.") from None
     if logger.isEnabledFor(logging.DEBUG):
         _log_ignored_fields(request.body, kind)
     return decoded
@@ -96,7 +98,13 @@ def engine_errors(param_of: Callable[[int], str] | None = None) -> Iterator[None
             headers=list(_RETRY_AFTER),
         ) from None
     except InputTooLong as exc:
-        raise bad_request(str(exc), param_of(exc.index) if param_of else "input_tokens") from None
+        # The backend's index is into the texts it was given (deduplicated, query first), not the request's.
+        param = param_of(exc.index) if param_of else "input_tokens"
+        raise bad_request(
+            f"{param} has {exc.length} tokens, but the model's maximum length is {exc.maximum} tokens. "
+            "Please reduce the length of the input prompt, or set truncate_prompt_tokens.",
+            param,
+        ) from None
     except ModelFailure as exc:
         raise HTTPError(500, str(exc)) from None
     except ValueError as exc:
@@ -114,5 +122,16 @@ async def run_admitted(
     engine: Engine = state.ready_engine()
     with engine_errors(param_of), engine.admit():
         inputs = await engine.prepare(tokenize, chars=chars)
+        _check_fits(engine, len(inputs))
         outputs = await engine.run(inputs)
     return inputs, outputs
+
+
+def _check_fits(engine: Engine, count: int) -> None:
+    """A request larger than the whole queue can never be admitted: a 400 now, not a 503 that says retry."""
+    limit = engine.config.max_queued_items
+    if count > limit:
+        raise bad_request(
+            f"This request needs {count} model inputs, but the server queues at most {limit}; "
+            "send it as several smaller requests."
+        )

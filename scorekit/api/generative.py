@@ -28,6 +28,7 @@ async def generative_scoring(request: Request) -> GenerativeScoringResponse:
         raise not_supported("Generative Scoring")
     _check_items(body, backend.vocab_size)
     check_count(state, len(body.items), "items")
+    check_count(state, len(body.label_token_ids), "label_token_ids")  # each item returns one float per label
     try:
         backend.check_labels(body.label_token_ids)
     except ValueError as exc:
@@ -45,7 +46,7 @@ async def generative_scoring(request: Request) -> GenerativeScoringResponse:
         chars=sum(len(item) for item in body.items) + len(body.query),
         param_of=lambda i: f"items[{i}]",
     )
-    distinct = [labels.index(label) for label in dict.fromkeys(labels)]  # duplicates collapse, as in vLLM
+    distinct = _first_positions(labels)  # duplicates collapse, as in vLLM
     data = []
     for i, logprobs in enumerate(outputs):
         if body.apply_softmax:
@@ -74,3 +75,12 @@ def _check_items(body: GenerativeScoringRequest, vocab_size: int) -> None:
     for name, ids in [("query", body.query), *((f"items[{i}]", item) for i, item in enumerate(body.items))]:
         if not isinstance(ids, str) and any(not 0 <= token < vocab_size for token in ids):
             raise bad_request(f"{name} holds a token id outside the vocabulary range [0, {vocab_size}).", name)
+
+
+def _first_positions(labels: list[int]) -> list[int]:
+    """The position of each distinct label's first occurrence, in one pass (``list.index`` per label is
+    quadratic, and a request of a few thousand labels would hold the event loop for seconds)."""
+    first: dict[int, int] = {}
+    for position, label in enumerate(labels):
+        first.setdefault(label, position)
+    return list(first.values())
