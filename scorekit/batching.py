@@ -118,6 +118,17 @@ class Batcher:
             self._closed = True
             self._ready.notify_all()
 
+    def fail_all(self, error: BaseException) -> None:
+        """Close, and fail every queued job: nobody is left to run them (the worker died)."""
+        with self._ready:
+            self._closed = True
+            jobs, self._jobs = self._jobs, deque()
+            self._queued = 0
+            for job in jobs:
+                job._pending.clear()
+                job.fail(error)
+            self._ready.notify_all()
+
     def next_batch(self) -> list[WorkItem] | None:
         """Block until there is work, then cut one batch; None once closed and drained."""
         with self._ready:

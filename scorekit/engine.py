@@ -76,7 +76,7 @@ class Engine:
     def admit(self) -> Iterator[None]:
         """Count one request against ``max_concurrent_requests`` for as long as it runs."""
         if self._active >= self.config.max_concurrent_requests:
-            raise Overloaded(f"{self._active} requests are in flight; the limit is reached.")
+            raise Overloaded(f"{self._active} requests are in flight, the most it admits")
         self._active += 1
         try:
             yield

@@ -60,12 +60,19 @@ class ModelWorker:
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        batch: list[WorkItem] = []
         try:
-            while (batch := self.batcher.next_batch()) is not None:
+            while (next_batch := self.batcher.next_batch()) is not None:
+                batch = next_batch
                 self._run_batch(batch)
         except BaseException as exc:
             self.death = exc
             logger.critical("the model worker thread died: %r", exc, exc_info=True)
+            # Nobody will run anything again: every waiting request gets its answer now.
+            failure = ModelFailure(f"The model worker died ({type(exc).__name__}).")
+            for item in batch:
+                item.job.fail(failure)
+            self.batcher.fail_all(failure)
             raise
 
     def _run_batch(self, batch: list[WorkItem]) -> None:

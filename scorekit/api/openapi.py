@@ -16,7 +16,8 @@ _REF = "#/components/schemas/{name}"
 def build_openapi(table: Iterable[Route | Alias], *, title: str, version: str) -> bytes:
     entries = list(table)
     routes = {entry.path: entry for entry in entries if isinstance(entry, Route)}
-    types = {ErrorBody, *(t for r in routes.values() for t in (r.body, r.returns) if t is not None)}
+    types: set[type[msgspec.Struct]] = {ErrorBody}
+    types.update(t for r in routes.values() for t in (r.body, r.returns) if t is not None)
     ordered = sorted(types, key=lambda t: t.__name__)
     _, components = msgspec.json.schema_components(ordered, ref_template=_REF)
     paths: dict[str, dict[str, Any]] = {}

@@ -6,6 +6,7 @@ from scorekit.api.state import ServerState
 from scorekit.http import HTTPError, Request, Response
 from scorekit.metrics import CONTENT_TYPE
 from scorekit.schemas import LoadResponse, ModelCard, ModelList
+from scorekit.settings import DEFAULT_MODEL_NAME
 
 
 async def health(request: Request) -> Response:
@@ -29,7 +30,7 @@ async def models(request: Request) -> ModelList:
     card = ModelCard(
         id=state.served_model_name,
         created=state.started_at,
-        root=engine.backend.name if engine else state.served_model_name,
+        root=state.settings.model or DEFAULT_MODEL_NAME,
         max_model_len=engine.backend.max_length if engine else 0,
     )
     return ModelList(data=[card])

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import torch
 from prometheus_client.parser import text_string_to_metric_families
 
 from scorekit.api.routes import ROUTES
@@ -49,17 +48,6 @@ PROBE_ROUTES: tuple[Route | Alias, ...] = (
     *ROUTES,
     Route("GET", TASKS_PATH, _count_tasks, summary="Test only: asyncio tasks.", counts_as_load=False),
 )
-
-
-@pytest.fixture(scope="package", autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """One intra-op thread while these tests run: on a small shared machine two OpenMP threads that
-    fight other processes for the cores make a tiny batch over ten times slower, and these tests
-    measure behaviour, not throughput. Restored afterwards (torch's setting is process-wide)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @contextlib.contextmanager
