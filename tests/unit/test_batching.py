@@ -99,3 +99,16 @@ def test_close_wakes_the_worker_once_the_queue_is_drained() -> None:
     batcher.close()
     assert batcher.next_batch() is not None
     assert batcher.next_batch() is None
+
+
+def test_fail_all_answers_every_queued_job_and_closes() -> None:
+    batcher = Batcher(max_batch_tokens=100, max_batch_size=4, max_queued_items=100)
+    jobs = [job_of([1, 2]), job_of([3])]
+    for job in jobs:
+        batcher.submit(job)
+    error = RuntimeError("worker died")
+    batcher.fail_all(error)
+    assert all(job.done and job.error is error for job in jobs)
+    assert batcher.queued == 0 and batcher.next_batch() is None
+    with pytest.raises(QueueFull):
+        batcher.submit(job_of([1]))
