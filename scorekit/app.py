@@ -52,6 +52,7 @@ class ScorekitApp:
             state=self.state,
             max_body_bytes=settings.max_body_bytes,
             observer=self.metrics.observe_request,
+            gate=self.state.refuse_new_work_when_draining,
         )
         self._stack = LifecycleMiddleware(router, load=self.load)
 

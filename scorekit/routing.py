@@ -62,6 +62,8 @@ class ClientGone(Exception):
 
 
 RequestObserver = Callable[[str, int, float], None]
+# Runs once a request is routed, before its body is read; raising HTTPError refuses it (e.g. draining).
+RouteGate = Callable[[Route], None]
 
 
 class Router:
@@ -74,11 +76,13 @@ class Router:
         state: Any,
         max_body_bytes: int,
         observer: RequestObserver | None = None,
+        gate: RouteGate | None = None,
     ) -> None:
         self.state = state
         self.max_body_bytes = max_body_bytes
         self.table = tuple(table)
         self._observer = observer
+        self._gate = gate
         self._paths: dict[str, dict[str, _Target]] = {}
         entries = self.table
         for entry in entries:
@@ -100,6 +104,8 @@ class Router:
                 lifecycle = lifecycle_of(scope)
                 if lifecycle is not None and target.route.counts_as_load:
                     lifecycle.set_route(label)
+                if self._gate is not None:
+                    self._gate(target.route)
                 response = await self._call_endpoint(target.route, scope, receive)
                 if target.alias is not None:
                     response.headers.extend(_deprecation_headers(target))

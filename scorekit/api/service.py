@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scorekit.api.state import ServerState
+from scorekit.api.state import ServerState, shutting_down
 from scorekit.http import HTTPError, Request, Response
 from scorekit.metrics import CONTENT_TYPE
 from scorekit.schemas import LoadResponse, ModelCard, ModelList
@@ -15,6 +15,8 @@ async def health(request: Request) -> Response:
     engine = state.engine
     if engine is not None and not engine.worker.alive and engine.worker.death is not None:
         raise HTTPError(503, f"The model worker died: {type(engine.worker.death).__name__}.")
+    if state.draining:
+        raise shutting_down()
     state.ready_engine()
     return Response(b"", media_type=None)
 

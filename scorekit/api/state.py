@@ -9,6 +9,7 @@ from scorekit.engine import Engine
 from scorekit.http import HTTPError
 from scorekit.load import LoadCounter
 from scorekit.metrics import Metrics
+from scorekit.routing import Route
 from scorekit.settings import Settings
 
 
@@ -23,10 +24,17 @@ class ServerState:
     openapi: bytes = b"{}"
     started_at: int = field(default_factory=lambda: int(time.time()))
 
+    def refuse_new_work_when_draining(self, route: Route) -> None:
+        """The router's gate: once draining, new scoring requests get 503; those already routed finish."""
+        if self.draining and route.counts_as_load:
+            raise shutting_down()
+
     def ready_engine(self) -> Engine:
         """The engine, if it can take work now; otherwise a 503 that says why."""
-        if self.draining:
-            raise HTTPError(503, "The server is shutting down.", headers=[(b"retry-after", b"1")])
         if self.engine is None or not self.engine.worker.alive:
             raise HTTPError(503, "The model is not ready.", headers=[(b"retry-after", b"1")])
         return self.engine
+
+
+def shutting_down() -> HTTPError:
+    return HTTPError(503, "The server is shutting down.", headers=[(b"retry-after", b"1")])
