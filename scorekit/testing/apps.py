@@ -12,7 +12,7 @@ so a test can relate the two (for example: the app saw ``http.disconnect`` only 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import anyio
 import anyio.lowlevel
@@ -33,19 +33,7 @@ BehaviourKind = Literal[
     "background",
     "slow",
 ]
-BEHAVIOUR_KINDS: tuple[BehaviourKind, ...] = (
-    "eager",
-    "lazy",
-    "never_reads",
-    "prefix",
-    "reads_after_start",
-    "streams",
-    "two_readers",
-    "poller",
-    "raises",
-    "background",
-    "slow",
-)
+BEHAVIOUR_KINDS: tuple[BehaviourKind, ...] = get_args(BehaviourKind)
 READING_KINDS: tuple[BehaviourKind, ...] = ("eager", "lazy", "two_readers", "poller", "slow")
 """Behaviours that read the body to its end before they can finish (they cannot complete without it)."""
 

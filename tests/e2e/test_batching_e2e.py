@@ -9,11 +9,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from scorekit.app import ScorekitApp
+from tests.e2e.texts import many_docs
 from tests.live import Live
-
-
-def docs(n: int) -> list[str]:
-    return [f"document number {i} talks about topic {i % 17} in some detail" for i in range(n)]
 
 
 def test_concurrent_requests_share_batches(small_batches: tuple[ScorekitApp, Live]) -> None:
@@ -21,7 +18,7 @@ def test_concurrent_requests_share_batches(small_batches: tuple[ScorekitApp, Liv
     assert app.engine is not None
     stats = app.engine.worker.stats
     before = len(stats.recent_batch_jobs)
-    payload = {"queries": "a question", "documents": docs(8)}
+    payload = {"queries": "a question", "documents": many_docs(8)}
     with ThreadPoolExecutor(32) as pool:
         results = list(pool.map(lambda _: live.json("POST", "/score", payload), range(32)))
     assert all(status == 200 and len(body["data"]) == 8 for status, body in results)
@@ -36,7 +33,7 @@ def test_a_small_request_finishes_during_a_2000_document_rerank(
     app, live = small_batches
     assert app.engine is not None
     stats = app.engine.worker.stats
-    many = docs(2000)
+    many = many_docs(2000)
     finished: dict[str, float] = {}
     big_result: list[dict[str, object]] = []
 
@@ -71,7 +68,7 @@ def test_a_disconnect_stops_a_2000_document_rerank(small_batches: tuple[Scorekit
     assert app.engine is not None
     stats = app.engine.worker.stats
     batch_size = app.settings.engine.max_batch_size
-    body = json.dumps({"query": "topic 3", "documents": docs(2000)}).encode()
+    body = json.dumps({"query": "topic 3", "documents": many_docs(2000)}).encode()
     head = f"POST /rerank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     start_items, start_late = stats.items, stats.items_of_cancelled_jobs
     sock = socket.create_connection((live.host, live.port))

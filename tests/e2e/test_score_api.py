@@ -9,14 +9,8 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 from scorekit.models import default_model_path
+from tests.e2e.texts import DOCS, QUERY
 from tests.live import Live
-
-QUERY = "What is the capital of France?"
-DOCS = [
-    "The capital of Brazil is Brasilia.",
-    "The capital of France is Paris.",
-    "Cross-encoder models are neat, and this sentence is a good deal longer than the others.",
-]
 
 
 @pytest.fixture(scope="module")

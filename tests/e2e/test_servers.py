@@ -17,16 +17,10 @@ from sentence_transformers import SentenceTransformer
 
 from scorekit.app import ScorekitApp
 from scorekit.models import default_model_path
+from tests.e2e.texts import DOCS, QUERY, many_docs
 from tests.live import Live, chunked, http_head, read_response, wait_for
 
 pytestmark = pytest.mark.e2e
-
-QUERY = "What is the capital of France?"
-DOCS = [
-    "The capital of Brazil is Brasilia.",
-    "The capital of France is Paris.",
-    "Cross-encoder models are neat, and this sentence is a good deal longer than the others.",
-]
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +31,6 @@ def expected() -> list[float]:
     docs = torch.tensor(model.encode(DOCS))
     scores: list[float] = torch.nn.functional.cosine_similarity(query, docs).tolist()
     return scores
-
-
-def many_docs(n: int) -> list[str]:
-    return [f"document number {i} talks about topic {i % 17} in some detail" for i in range(n)]
 
 
 def test_score_matches_sentence_transformers(served_minilm: Live, expected: list[float]) -> None:
