@@ -2,7 +2,8 @@
 
 Each request is one :class:`Job`. Every batch first takes one item from each queued job, so a
 request with thousands of items cannot starve a small one that arrives later, and then fills up
-from the oldest job, so jobs still finish roughly in arrival order. Inside a job, items go in
+from the jobs with the fewest items left, so a small request finishes in one batch and equal
+requests finish in arrival order. Inside a job, items go in
 length order, so consecutive batches hold similar lengths and little padding. A cancelled
 job's queued items are removed at once and never run.
 """
@@ -139,7 +140,7 @@ class Batcher:
             return self._cut()
 
     def _cut(self) -> list[WorkItem]:
-        """One item from every queued job first (nobody starves), then fill from the oldest job."""
+        """One item from every queued job first (nobody starves), then fill from the shortest jobs."""
         batch: list[WorkItem] = []
         longest = 0
 
@@ -159,7 +160,7 @@ class Batcher:
             if not take(job):
                 full = True
                 break
-        for job in self._jobs:
+        for job in sorted(self._jobs, key=lambda j: len(j._pending)):  # stable: equal jobs stay in arrival order
             while not full and job._pending:
                 full = not take(job)
         self._queued -= len(batch)

@@ -57,7 +57,7 @@ def test_a_small_job_joins_the_next_batch_while_a_large_one_runs() -> None:
     assert second is not None and small in {item.job for item in second}
 
 
-def test_after_one_item_each_the_oldest_job_fills_the_batch() -> None:
+def test_after_one_item_each_equal_jobs_fill_the_batch_in_arrival_order() -> None:
     batcher = Batcher(max_batch_tokens=10_000, max_batch_size=6, max_queued_items=10_000)
     old, new = job_of([5] * 10), job_of([5] * 10)
     batcher.submit(old)
@@ -65,6 +65,16 @@ def test_after_one_item_each_the_oldest_job_fills_the_batch() -> None:
     batch = batcher.next_batch()
     assert batch is not None
     assert [item.job is old for item in batch].count(True) == 5
+
+
+def test_a_small_job_completes_in_one_batch_beside_a_large_one() -> None:
+    batcher = Batcher(max_batch_tokens=10_000, max_batch_size=8, max_queued_items=10_000)
+    large, small = job_of([10] * 500), job_of([10, 10, 10])
+    batcher.submit(large)
+    batcher.submit(small)
+    batch = batcher.next_batch()
+    assert batch is not None
+    assert [item.job for item in batch].count(small) == 3
 
 
 def test_a_job_runs_in_length_order() -> None:
