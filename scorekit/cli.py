@@ -14,6 +14,10 @@ from typing import Any
 
 import uvicorn
 
+# Before torch loads: OpenMP threads that spin at barriers starve the event loop on small or shared
+# CPUs (docs/benchmarks.md measured 2.6x-20x slower forwards). An explicit setting still wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from scorekit.app import ScorekitApp, create_app
 from scorekit.engine import EngineConfig
 from scorekit.settings import Settings

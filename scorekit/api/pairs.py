@@ -51,8 +51,11 @@ async def score_pairs(
             param_of=lambda i: _first_place(texts[i], side1, side2, param_of),
         )
         embeddings = torch.stack(outputs)
-        queries_rows = [row[text] for text in side1] * (len(side2) if len(side1) == 1 else 1)
-        cosine = (embeddings[queries_rows] * embeddings[[row[text] for text in side2]]).sum(-1)
+        documents = embeddings[[row[text] for text in side2]]
+        if len(side1) == 1:  # 1:N, one product, no N x dim copies of the query
+            cosine = documents @ embeddings[row[side1[0]]]
+        else:
+            cosine = (embeddings[[row[text] for text in side1]] * documents).sum(-1)
         return [float(x) for x in cosine.tolist()], sum(item.cost for item in inputs)
     raise not_supported("Score")
 
