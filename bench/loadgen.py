@@ -1,0 +1,334 @@
+"""The load generator: a separate process that drives one server over loopback and prints JSON.
+
+It runs in its own process so its CPU time never hides inside the server's numbers. Every loop is
+bounded twice, by a request count and by a deadline, so a stuck server cannot hang the benchmark.
+
+    python -m bench.loadgen closed --port P --spec FILE --concurrency 32 --warmup 1.5 --window 8
+    python -m bench.loadgen fairness --port P --small FILE --big FILE --alone 40
+    python -m bench.loadgen abort --port P --spec FILE --after-batches 3
+    python -m bench.loadgen single --port P --spec FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.cpu import Reading
+from bench.http1 import Connection, encode_request, get
+from bench.promtext import Snapshot
+from bench.stats import summary, summary_ms
+
+# How long requests still in flight at the end of a window may take to come back.
+DRAIN_S = 60.0
+
+
+def load_spec(path: str) -> tuple[str, list[bytes]]:
+    spec = json.loads(Path(path).read_text())
+    return spec["path"], [encode_request("POST", spec["path"], json.dumps(b).encode()) for b in spec["bodies"]]
+
+
+def model_items(path: str) -> int:
+    """Texts the model runs for the spec's first rerank body: the query and each distinct document."""
+    body = json.loads(Path(path).read_text())["bodies"][0]
+    return len({body["query"], *body["documents"]})
+
+
+async def scrape(port: int) -> Snapshot:
+    status, body = await get(port, "/metrics")
+    if status != 200:
+        raise RuntimeError(f"/metrics answered {status}")
+    return Snapshot.parse(body.decode(), time.perf_counter())
+
+
+@dataclass
+class Done:
+    start: float
+    end: float
+    status: int
+
+
+async def closed(args: argparse.Namespace) -> dict[str, Any]:
+    """Closed loop: ``concurrency`` connections, each sends its next request when the last returns.
+
+    Only requests that complete inside [t0, t1] count, and the server's own counters and CPU clock are
+    read at t0 and t1, so the figure is the steady state with the server kept busy the whole window.
+    t1 is ``--window`` after t0, later if fewer than ``--min-completed`` requests completed by then
+    (a slow machine must not yield an empty window), and never past the hard deadline.
+    """
+    _, requests = load_spec(args.spec)
+    connections = [Connection(args.port) for _ in range(args.concurrency)]
+    done: list[Done] = []
+    sent = 0
+    begin = time.perf_counter()
+    t0, t1 = begin + args.warmup, begin + args.warmup + args.window
+    over = asyncio.Event()
+    ended_at = t1
+    in_window = 0
+
+    def maybe_end() -> None:
+        nonlocal ended_at
+        now = time.perf_counter()
+        if not over.is_set() and now >= t1 and in_window >= args.min_completed:
+            ended_at = now
+            over.set()
+
+    async def loop(index: int, connection: Connection) -> None:
+        nonlocal sent, in_window
+        k = index
+        while sent < args.max_requests and not over.is_set():
+            sent += 1
+            raw = requests[k % len(requests)]
+            k += args.concurrency
+            start = time.perf_counter()
+            status, _ = await connection.request(raw)
+            end = time.perf_counter()
+            done.append(Done(start, end, status))
+            if end >= t0 and not over.is_set():
+                in_window += 1
+            maybe_end()
+
+    async def at_edges() -> tuple[Reading, Reading, Snapshot | None, Snapshot | None]:
+        await asyncio.sleep(max(0.0, t0 - time.perf_counter()))
+        first = await scrape(args.port) if args.metrics else None
+        cpu_first = Reading.take(args.pid)
+        await asyncio.sleep(max(0.0, t1 - time.perf_counter()))
+        maybe_end()
+        await over.wait()
+        cpu_last = Reading.take(args.pid)
+        return cpu_first, cpu_last, first, await scrape(args.port) if args.metrics else None
+
+    async def all_loops() -> None:
+        await asyncio.gather(*(loop(i, c) for i, c in enumerate(connections)))
+        if not over.is_set():  # the request budget ran out first
+            nonlocal ended_at
+            ended_at = max((d.end for d in done), default=time.perf_counter())
+            over.set()
+
+    edges = asyncio.create_task(at_edges())
+    await asyncio.wait_for(all_loops(), timeout=args.warmup + args.window + DRAIN_S)
+    cpu_first, cpu_last, first, last = await edges
+    for connection in connections:
+        connection.close()
+    inside = [d for d in done if t0 <= d.end <= ended_at]
+    window = max(ended_at - t0, 1e-9)
+    result: dict[str, Any] = {
+        "concurrency": args.concurrency,
+        "window_s": window,
+        "completed": len(inside),
+        "rps": len(inside) / window,
+        "latency_ms": summary_ms([d.end - d.start for d in inside]),
+        "statuses": dict(Counter(str(d.status) for d in done)),
+        "sent": sent,
+        "cpu": cpu_last.minus(cpu_first),
+    }
+    if first is not None and last is not None:
+        delta = last.minus(first)
+        result["metrics"] = delta
+        result["server_items_per_s"] = delta["batch_items"] / max(delta["seconds"], 1e-9)
+    return result
+
+
+async def probe(port: int, raw: bytes, count: int, until: float, stop: asyncio.Event | None) -> list[float]:
+    """Sequential requests on one connection; their latencies in seconds."""
+    connection = Connection(port)
+    latencies: list[float] = []
+    try:
+        for _ in range(count):
+            if time.perf_counter() > until or (stop is not None and stop.is_set()):
+                break
+            start = time.perf_counter()
+            status, _ = await connection.request(raw)
+            if status != 200:
+                raise RuntimeError(f"probe answered {status}")
+            if stop is None or not stop.is_set():
+                latencies.append(time.perf_counter() - start)
+    finally:
+        connection.close()
+    return latencies
+
+
+async def wait_batches(port: int, start: Snapshot, batches: float, limit_s: float) -> Snapshot:
+    """Poll /metrics until ``batches`` more batches ran than in ``start``; the last snapshot."""
+    deadline = time.perf_counter() + limit_s
+    while True:
+        now = await scrape(port)
+        if now.batches >= start.batches + batches or time.perf_counter() > deadline:
+            return now
+        await asyncio.sleep(0.01)
+
+
+async def probe_counting_batches(
+    port: int, raw: bytes, until: float, stop: asyncio.Event
+) -> tuple[list[float], list[float]]:
+    """Sequential probes, each between two /metrics scrapes: latencies, and batches each one spanned."""
+    connection = Connection(port)
+    latencies: list[float] = []
+    spanned: list[float] = []
+    try:
+        while time.perf_counter() < until and not stop.is_set():
+            before = await scrape(port)
+            start = time.perf_counter()
+            status, _ = await connection.request(raw)
+            latency = time.perf_counter() - start
+            after = await scrape(port)
+            if status != 200:
+                raise RuntimeError(f"probe answered {status}")
+            if not stop.is_set():
+                latencies.append(latency)
+                spanned.append(after.batches - before.batches)
+    finally:
+        connection.close()
+    return latencies, spanned
+
+
+async def fairness(args: argparse.Namespace) -> dict[str, Any]:
+    """Small-request latency alone, then while one huge request runs (from its first batch on), then alone.
+
+    Probing stops when the huge request completes or after ``--probe-seconds``; then its client hangs
+    up, so the huge request's remaining work is dropped rather than waited for.
+    """
+    _, small = load_spec(args.small)
+    _, big = load_spec(args.big)
+    await probe(args.port, small[0], 3, time.perf_counter() + 30, None)  # warm-up
+    alone = await probe(args.port, small[0], args.alone, time.perf_counter() + args.timeout, None)
+    before = await scrape(args.port)
+    big_done = asyncio.Event()
+    big_connection = Connection(args.port)
+
+    async def run_big() -> int:
+        status, _ = await big_connection.request(big[0])
+        big_done.set()
+        return status
+
+    started = time.perf_counter()
+    big_task = asyncio.create_task(run_big())
+    first = await wait_batches(args.port, before, 1, args.timeout)
+    # The huge request's own pace for a few batches, to see what the probes then cost it.
+    alone_mark = await wait_batches(args.port, first, args.big_alone_batches, args.timeout)
+    big_alone = alone_mark.minus(first)
+    loaded, spanned = await probe_counting_batches(
+        args.port, small[0], time.perf_counter() + args.probe_seconds, big_done
+    )
+    last = await scrape(args.port)
+    completed = big_done.is_set()
+    if not completed:
+        big_task.cancel()
+        big_connection.close()
+        with contextlib.suppress(asyncio.CancelledError):
+            await big_task
+        await settle(args.port, quiet_s=0.3, limit_s=args.timeout)
+    else:
+        big_connection.close()
+    after = await probe(args.port, small[0], args.alone, time.perf_counter() + args.timeout, None)
+    during = last.minus(alone_mark)
+    probe_items = model_items(args.small)
+    big_items_during = during["batch_items"] - probe_items * len(loaded)
+    return {
+        "alone_ms": summary_ms(alone),
+        "alone_after_ms": summary_ms(after),
+        "loaded_ms": summary_ms(loaded),
+        "batches_spanned": summary(spanned),
+        "batch_ms": 1000 * during["seconds"] / max(during["batches"], 1),
+        "batch_items": during["batch_items"] / max(during["batches"], 1),
+        "big_items_per_s_alone": big_alone["batch_items"] / max(big_alone["seconds"], 1e-9),
+        "big_items_per_s_probed": big_items_during / max(during["seconds"], 1e-9),
+        "big_completed": completed,
+        "big_s": time.perf_counter() - started,
+    }
+
+
+async def settle(port: int, quiet_s: float, limit_s: float) -> Snapshot:
+    """Wait until nothing is queued or in flight on /rerank and no batch ran for ``quiet_s``."""
+    deadline = time.perf_counter() + limit_s
+    last = await scrape(port)
+    quiet_since = last.at
+    while time.perf_counter() < deadline:
+        await asyncio.sleep(0.02)
+        now = await scrape(port)
+        if now.batches != last.batches or now.queue_depth or now.route_load:
+            quiet_since = now.at
+        last = now
+        if now.at - quiet_since >= quiet_s:
+            break
+    return last
+
+
+async def abort(args: argparse.Namespace) -> dict[str, Any]:
+    """Send one big rerank, hang up after a few batches ran, then count what the model still ran."""
+    _, requests = load_spec(args.spec)
+    start = await scrape(args.port)
+    connection = Connection(args.port)
+    await connection.send(requests[0])
+    at_close = await wait_batches(args.port, start, args.after_batches, args.timeout)
+    connection.close()  # right after the scrape: the two are a millisecond apart
+    running = at_close.minus(start)
+    batch_period = running["seconds"] / max(running["batches"], 1)
+    settled = await settle(args.port, quiet_s=max(0.3, 2 * batch_period), limit_s=args.timeout)
+    return {
+        "before_close": running,
+        "after_close": settled.minus(at_close),
+        "batch_period_s": batch_period,
+        "route_load_after": settled.route_load,
+        "queue_depth_after": settled.queue_depth,
+    }
+
+
+async def single(args: argparse.Namespace) -> dict[str, Any]:
+    _, requests = load_spec(args.spec)
+    connection = Connection(args.port)
+    start = time.perf_counter()
+    status, body = await asyncio.wait_for(connection.request(requests[0]), timeout=args.timeout)
+    seconds = time.perf_counter() - start
+    connection.close()
+    return {"status": status, "seconds": seconds, "response_bytes": len(body)}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.loadgen")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name in ("closed", "fairness", "abort", "single"):
+        sub = commands.add_parser(name)
+        sub.add_argument("--port", type=int, required=True)
+        sub.add_argument("--timeout", type=float, default=120.0)
+        if name != "fairness":
+            sub.add_argument("--spec", required=True)
+    closed_cmd = commands.choices["closed"]
+    closed_cmd.add_argument("--concurrency", type=int, default=1)
+    closed_cmd.add_argument("--warmup", type=float, default=1.0)
+    closed_cmd.add_argument("--window", type=float, default=5.0)
+    closed_cmd.add_argument("--max-requests", type=int, default=100_000)
+    closed_cmd.add_argument("--min-completed", type=int, default=1)
+    closed_cmd.add_argument("--metrics", action="store_true", help="scrape scorekit /metrics at the edges")
+    closed_cmd.add_argument("--pid", type=int, help="the server's pid, to read its CPU time at the edges")
+    fair = commands.choices["fairness"]
+    fair.add_argument("--small", required=True)
+    fair.add_argument("--big", required=True)
+    fair.add_argument("--alone", type=int, default=40)
+    fair.add_argument("--probe-seconds", type=float, default=15.0)
+    fair.add_argument("--big-alone-batches", type=int, default=3)
+    commands.choices["abort"].add_argument("--after-batches", type=int, default=3)
+    return parser
+
+
+COMMANDS = {"closed": closed, "fairness": fairness, "abort": abort, "single": single}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    result = asyncio.run(COMMANDS[args.command](args))
+    json.dump(result, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

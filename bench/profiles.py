@@ -1,0 +1,69 @@
+"""The sizes of one run: the full benchmark, or the smoke run the test suite uses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """Every knob a scenario reads. Times are seconds; they bound the loops as much as the counts do."""
+
+    name: str
+    scorekit_args: tuple[str, ...] = ()  # extra `scorekit serve` flags for the shared server
+    docs_per_request: int = 16
+    concurrencies: tuple[int, ...] = (1, 8, 32, 64)
+    naive_concurrencies: tuple[int, ...] = (1, 8, 32)
+    batching_concurrency: int = 32
+    warmup_s: float = 1.5
+    window_s: float = 8.0
+    max_requests: int = 100_000
+    sweep_batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    sweep_seconds: float = 1.2
+    overhead_concurrency: int = 32
+    overhead_warmup_s: float = 0.5
+    overhead_window_s: float = 3.0
+    overhead_rounds: int = 2
+    inproc_requests: int = 3000
+    inproc_repeats: int = 3
+    disconnect_docs: int = 2000
+    disconnect_after_batches: int = 3
+    disconnect_trials: int = 3
+    fairness_big_docs: int = 5000
+    fairness_alone_probes: int = 40
+    fairness_probe_s: float = 15.0
+    fairness_small_batch_tokens: int | None = 512
+    growth_sizes: tuple[int, ...] = (10, 100, 1000, 10_000)
+    fresh_growth_server: bool = True
+
+
+FULL = Profile(name="full")
+
+SMOKE = Profile(
+    name="smoke",
+    scorekit_args=("--max-batch-size", "16"),  # short batches: the disconnect and fairness phases end fast
+    docs_per_request=4,
+    concurrencies=(1, 8),
+    naive_concurrencies=(8,),
+    batching_concurrency=8,
+    warmup_s=0.2,
+    window_s=0.8,
+    max_requests=20_000,
+    sweep_batch_sizes=(1, 8, 16),
+    sweep_seconds=0.15,
+    overhead_concurrency=8,
+    overhead_warmup_s=0.2,
+    overhead_window_s=0.4,
+    overhead_rounds=1,
+    inproc_requests=200,
+    inproc_repeats=1,
+    disconnect_docs=400,
+    disconnect_after_batches=1,
+    disconnect_trials=1,
+    fairness_big_docs=600,
+    fairness_alone_probes=5,
+    fairness_probe_s=2.0,
+    fairness_small_batch_tokens=None,
+    growth_sizes=(10, 100),
+    fresh_growth_server=False,
+)

@@ -1,0 +1,61 @@
+"""Fairness: p99 latency of 1-document reranks while a huge rerank runs, over their p99 alone.
+
+Probes run one at a time on their own connection: alone, then from the huge request's first batch
+until it completes (or ``fairness_probe_s`` passes and its client hangs up), then alone again; the
+alone p99 is the lower of the two alone phases. Each loaded probe also records how many model batches
+ran while it waited, which says why it waited (a ratio of latencies alone cannot).
+
+With ``fairness_small_batch_tokens`` set, the same is measured on a second server started with a small
+``--max-batch-tokens``, to show what the batch size buys in latency and costs in throughput.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.context import Context
+from bench.corpus import documents, queries, rerank_body
+from bench.driver import loadgen, write_spec
+from bench.servers import Server, running, spawn_scorekit
+
+
+def _measure(ctx: Context, server: Server, small: Path, big: Path) -> dict[str, Any]:
+    p = ctx.profile
+    args = ["--small", small, "--big", big, "--alone", p.fairness_alone_probes, "--probe-seconds", p.fairness_probe_s]
+    result = loadgen("fairness", server.port, *args)
+    # The lower of the two alone phases: other jobs on the machine only ever add to a latency.
+    alone = {q: min(result["alone_ms"][q], result["alone_after_ms"][q]) for q in ("p50", "p99")}
+    result["ratio_p99"] = result["loaded_ms"]["p99"] / alone["p99"]
+    result["ratio_p50"] = result["loaded_ms"]["p50"] / alone["p50"]
+    # What serving the probes cost the huge request (1.0: nothing).
+    result["big_pace_ratio"] = result["big_items_per_s_probed"] / max(result["big_items_per_s_alone"], 1e-9)
+    return result
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    p = ctx.profile
+    small = write_spec(ctx.work, "fair-small", "/rerank", [rerank_body(queries(1, seed=21)[0], documents(1, seed=21))])
+    big = write_spec(
+        ctx.work, "fair-big", "/rerank", [rerank_body(queries(1, seed=22)[0], documents(p.fairness_big_docs, 22))]
+    )
+    result: dict[str, Any] = {"big_documents": p.fairness_big_docs, "default": _measure(ctx, ctx.scorekit, small, big)}
+    result["ratio"] = result["default"]["ratio_p99"]
+    if p.fairness_small_batch_tokens is not None:
+        tokens = p.fairness_small_batch_tokens
+        server = spawn_scorekit("scorekit-small-batches", ctx.work, ["--max-batch-tokens", str(tokens)])
+        with running(server):
+            small_batches = {"max_batch_tokens": tokens, **_measure(ctx, server, small, big)}
+            # What the small batches cost: throughput of both servers back to back, same load.
+            rates = [_throughput(ctx, each) for each in (ctx.scorekit, server, ctx.scorekit)]
+        small_batches["items_per_cpu_s"] = rates[1]
+        small_batches["default_items_per_cpu_s"] = (rates[0] + rates[2]) / 2
+        small_batches["throughput_ratio"] = rates[1] / small_batches["default_items_per_cpu_s"]
+        result["small_batches"] = small_batches
+    return result
+
+
+def _throughput(ctx: Context, server: Server) -> float:
+    """Model items per server CPU second at the batching concurrency (16-document reranks)."""
+    window = ctx.closed(server, ctx.rerank_spec, ctx.profile.batching_concurrency, metrics=True, window=5.0)
+    return float(window["metrics"]["batch_items"] / max(window["cpu"]["server_cpu_s"], 1e-9))

@@ -1,0 +1,66 @@
+"""The benchmark harness runs end to end at toy sizes and writes the JSON that docs/benchmarks.md reports.
+
+No figure is judged here (a smoke run on a shared machine measures nothing); only that every scenario
+ran against real servers and produced its keys with finite, positive ratios.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# scenario -> the keys its JSON must hold, and which of them are ratios that must be finite and > 0.
+EXPECTED: dict[str, tuple[set[str], set[str]]] = {
+    "efficiency": ({"points", "sweep", "best_batch_size", "ratio", "ratio_wall"}, {"ratio", "ratio_wall"}),
+    "batching": ({"naive_points", "scorekit_rps", "naive_rps", "gain", "one_document"}, {"gain", "gain_wall"}),
+    "overhead": (
+        {"http_rps", "inproc_us_per_request", "middleware_cost", "scorekit_over_fastapi"},
+        {"scorekit_over_fastapi", "scorekit_over_starlette", "inproc_scorekit_over_fastapi"},
+    ),
+    "disconnect": ({"trials", "wasted_items", "batch_items", "ratio"}, {"batch_items"}),
+    "fairness": ({"default", "ratio"}, {"ratio"}),
+    "growth": ({"points", "time_per_doc_ratio", "memory_growth_ratio"}, {"time_per_doc_ratio"}),
+}
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+@pytest.mark.e2e
+def test_the_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "figure" in done.stdout  # the table was printed
+
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["profile"] == "smoke"
+    assert {row["scenario"] for row in summary["targets"]} == set(EXPECTED)
+    for scenario, (keys, ratios) in EXPECTED.items():
+        result = json.loads((tmp_path / f"{scenario}.json").read_text())
+        assert keys <= result.keys(), (scenario, keys - result.keys())
+        for key in ratios:
+            assert _positive(result[key]), (scenario, key, result[key])
+
+    efficiency = json.loads((tmp_path / "efficiency.json").read_text())
+    assert all(_positive(point["server_items_per_s"]) for point in efficiency["points"])
+    disconnect = json.loads((tmp_path / "disconnect.json").read_text())
+    assert disconnect["ratio"] >= 0
+    for trial in disconnect["trials"]:  # every item of the big request either ran or was dropped
+        assert trial["accounted_items"] == disconnect["items"], trial
+    assert {path.name for path in tmp_path.glob("*.png")} == {"throughput.png", "latency.png", "growth.png"}
