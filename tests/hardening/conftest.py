@@ -26,7 +26,7 @@ from scorekit.app import ScorekitApp, create_app
 from scorekit.http import Request, Response
 from scorekit.routing import Alias, Route
 from scorekit.settings import Settings
-from tests.live import Live, serve
+from tests.live import Live, read_response, serve
 
 TASKS_PATH = "/_hardening/tasks"
 
@@ -133,29 +133,6 @@ def send_until_answered(
             if time.monotonic() > deadline:
                 raise TimeoutError("the server neither read the body nor answered")
         return read_response(sock)
-
-
-def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
-    """One HTTP/1.1 response with a Content-Length (all scorekit responses have one)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        got = sock.recv(65536)
-        if not got:
-            raise ConnectionError(f"closed before the response headers: {data[:200]!r}")
-        data += got
-    head, body = data.split(b"\r\n\r\n", 1)
-    status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in lines:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    size = int(headers.get("content-length", "0"))
-    while len(body) < size:
-        got = sock.recv(65536)
-        if not got:
-            raise ConnectionError("closed in the middle of the response body")
-        body += got
-    return int(status_line.split()[1]), headers, body[:size]
 
 
 # -- metrics and the process ------------------------------------------------------------------------------
