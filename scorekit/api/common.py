@@ -112,14 +112,13 @@ def engine_errors(param_of: Callable[[int], str] | None = None) -> Iterator[None
 
 
 async def run_admitted(
-    state: ServerState,
+    engine: Engine,
     tokenize: Callable[[], list[Encoded]],
     *,
     chars: int,
     param_of: Callable[[int], str] | None = None,
 ) -> tuple[list[Encoded], list[torch.Tensor]]:
     """Admit, tokenize (off the loop when large) and run one request's inputs on the model."""
-    engine: Engine = state.ready_engine()
     with engine_errors(param_of), engine.admit():
         inputs = await engine.prepare(tokenize, chars=chars)
         _check_fits(engine, len(inputs))

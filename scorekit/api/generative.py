@@ -23,7 +23,8 @@ async def generative_scoring(request: Request) -> GenerativeScoringResponse:
     state: ServerState = request.state
     body = decode(request, GenerativeScoringRequest)
     model = check_model(state, body.model)
-    backend = state.ready_engine().backend
+    engine = state.ready_engine()
+    backend = engine.backend
     if not isinstance(backend, CausalLMBackend):
         raise not_supported("Generative Scoring")
     _check_items(body, backend.vocab_size)
@@ -35,7 +36,7 @@ async def generative_scoring(request: Request) -> GenerativeScoringResponse:
         raise bad_request(str(exc), "label_token_ids") from None
     labels = body.label_token_ids
     inputs, outputs = await run_admitted(
-        state,
+        engine,
         lambda: backend.encode_prompts(
             body.query,
             body.items,

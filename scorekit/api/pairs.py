@@ -28,12 +28,13 @@ async def score_pairs(
     state: ServerState, side1: list[str], side2: list[str], options: PairOptions, param_of: ParamOf
 ) -> tuple[list[float], int]:
     """One score per pair, in pair order, and the prompt tokens run. ``side1`` has 1 or len(side2) texts."""
-    backend = state.ready_engine().backend
+    engine = state.ready_engine()
+    backend = engine.backend
     chars = sum(map(len, side1)) + sum(map(len, side2))
     if isinstance(backend, CrossEncoderBackend):
         queries = side1 * len(side2) if len(side1) == 1 else side1
         inputs, outputs = await run_admitted(
-            state,
+            engine,
             lambda: backend.encode_pairs(queries, side2, options.truncate, options.side),
             chars=chars,
             param_of=lambda i: param_of(1, i),
@@ -45,7 +46,7 @@ async def score_pairs(
         texts = list(dict.fromkeys(side1 + side2))  # each distinct text is embedded once per request
         row = {text: i for i, text in enumerate(texts)}
         inputs, outputs = await run_admitted(
-            state,
+            engine,
             lambda: backend.encode_texts(texts, options.truncate, options.side),
             chars=sum(map(len, texts)),
             param_of=lambda i: _first_place(texts[i], side1, side2, param_of),
