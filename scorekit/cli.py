@@ -4,22 +4,18 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import sys
-import time
 from collections.abc import Callable, Sequence
-from types import FrameType
 from typing import Any
-
-import uvicorn
 
 # Before torch loads: OpenMP threads that spin at barriers starve the event loop on small or shared
 # CPUs (docs/benchmarks.md measured 2.6x-20x slower forwards). An explicit setting still wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from scorekit.app import ScorekitApp, create_app
+from scorekit.app import create_app
 from scorekit.engine import EngineConfig
+from scorekit.serving import run_server
 from scorekit.settings import Settings
 
 _ENGINE = EngineConfig()
@@ -111,49 +107,10 @@ def settings_from(args: argparse.Namespace) -> Settings:
     )
 
 
-class _DrainingServer(uvicorn.Server):
-    """The first SIGTERM/SIGINT drains: new scoring requests get 503 while the listener stays open
-    (a load balancer sees the 503s and /health turn away), in-flight ones finish for up to
-    ``shutdown_timeout`` seconds, then uvicorn shuts down as usual. A second signal exits at once.
-    """
-
-    def __init__(self, config: uvicorn.Config, app: ScorekitApp) -> None:
-        super().__init__(config)
-        self._scorekit = app
-        self._drain_deadline: float | None = None
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if self._drain_deadline is None:
-            self._scorekit.begin_drain()
-            self._drain_deadline = time.monotonic() + self._scorekit.settings.shutdown_timeout
-            logging.getLogger("scorekit.cli").info("draining: waiting for requests in flight to finish")
-            return
-        super().handle_exit(sig, frame)
-
-    async def on_tick(self, counter: int) -> bool:
-        deadline = self._drain_deadline
-        if deadline is not None and (self._scorekit.load.routed == 0 or time.monotonic() >= deadline):
-            # uvicorn's own graceful wait comes after the drain: give it only what is left of the one
-            # shutdown_timeout, or a request could run for twice as long as the flag promises.
-            self.config.timeout_graceful_shutdown = math.ceil(max(0.0, deadline - time.monotonic()))
-            return True
-        return await super().on_tick(counter)
-
-
 def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings_from(args))
-    config = uvicorn.Config(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
-        lifespan="on",
-        timeout_graceful_shutdown=int(args.shutdown_timeout),
-    )
-    server = _DrainingServer(config, app)
-    server.run()
-    return 0 if server.started else 1
+    return run_server(app, host=args.host, port=args.port, log_level=args.log_level)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
