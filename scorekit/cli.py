@@ -14,9 +14,8 @@ from typing import Any
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from scorekit.app import create_app
-from scorekit.engine import EngineConfig
 from scorekit.serving import run_server
-from scorekit.settings import Settings
+from scorekit.settings import EngineConfig, Settings
 
 _ENGINE = EngineConfig()
 _SETTINGS = Settings()

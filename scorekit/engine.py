@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TypeVar
 
 import anyio
@@ -20,6 +19,7 @@ import torch
 
 from scorekit.batching import Batcher, Job, QueueFull
 from scorekit.models.base import Backend, Encoded
+from scorekit.settings import EngineConfig
 from scorekit.worker import BatchObserver, ModelWorker
 
 T = TypeVar("T")
@@ -30,14 +30,6 @@ INLINE_TOKENIZE_CHARS = 4096
 
 class Overloaded(Exception):
     """Admission refused (queue or concurrency limit); the answer is 503 with Retry-After."""
-
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    max_batch_tokens: int = 16384
-    max_batch_size: int = 128
-    max_queued_items: int = 50_000
-    max_concurrent_requests: int = 512
 
 
 class Engine:

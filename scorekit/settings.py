@@ -1,14 +1,26 @@
-"""Every knob in one place: the CLI fills it from flags and environment variables, tests build it."""
+"""Every knob in one place: the CLI fills it from flags and environment variables, tests build it.
+
+A leaf module: importing it loads no torch, so parsing flags stays fast."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
-from scorekit.engine import EngineConfig
-from scorekit.models.base import ModelKind
+ModelKind = Literal["cross-encoder", "bi-encoder", "causal-lm"]
 
 # What the embedded default model answers to in `model` fields and /v1/models.
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """One engine's batching and admission limits (see DESIGN.md section 4)."""
+
+    max_batch_tokens: int = 16384
+    max_batch_size: int = 128
+    max_queued_items: int = 50_000
+    max_concurrent_requests: int = 512
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,8 @@ from typing import Literal, Protocol
 
 import torch
 
-ModelKind = Literal["cross-encoder", "bi-encoder", "causal-lm"]
+from scorekit.settings import ModelKind as ModelKind
+
 TruncationSide = Literal["left", "right"]
 
 

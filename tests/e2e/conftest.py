@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from scorekit.app import ScorekitApp, create_app
-from scorekit.engine import EngineConfig
-from scorekit.settings import Settings
+from scorekit.settings import EngineConfig, Settings
 from tests.live import SERVERS, Live, serve
 from tests.tiny_models import build_causal_lm, build_cross_encoder
 

@@ -29,8 +29,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 from scorekit.app import ScorekitApp
-from scorekit.engine import EngineConfig
-from scorekit.settings import Settings
+from scorekit.settings import EngineConfig, Settings
 from tests.hardening.conftest import docs, json_head, read_response, reset, rss_kib, running, scrape, server_tasks
 from tests.live import Live
 

@@ -21,9 +21,8 @@ import pytest
 import torch
 
 from scorekit.app import ScorekitApp
-from scorekit.engine import EngineConfig
 from scorekit.models.base import Encoded
-from scorekit.settings import Settings
+from scorekit.settings import EngineConfig, Settings
 from tests.hardening.conftest import error_of, json_head, read_response, running
 from tests.live import Live
 

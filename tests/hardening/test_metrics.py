@@ -13,8 +13,7 @@ import threading
 import time
 from typing import Any
 
-from scorekit.engine import EngineConfig
-from scorekit.settings import Settings
+from scorekit.settings import EngineConfig, Settings
 from tests.hardening.conftest import Sample, docs, json_head, reset, running, scrape
 from tests.live import Live
 

@@ -17,8 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from scorekit.app import ScorekitApp
-from scorekit.engine import EngineConfig
-from scorekit.settings import Settings
+from scorekit.settings import EngineConfig, Settings
 from tests.hardening.conftest import docs, error_of, running
 from tests.live import Live
 
