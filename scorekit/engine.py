@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TypeVar
 
 import anyio
@@ -18,7 +20,7 @@ import anyio.to_thread
 import torch
 
 from scorekit.batching import Batcher, Job, QueueFull
-from scorekit.models.base import Backend, Encoded
+from scorekit.models.base import Backend, Checkpoint, Encoded, no_checkpoint
 from scorekit.settings import EngineConfig
 from scorekit.worker import BatchObserver, ModelWorker
 
@@ -30,6 +32,19 @@ INLINE_TOKENIZE_CHARS = 4096
 
 class Overloaded(Exception):
     """Admission refused (queue or concurrency limit); the answer is 503 with Retry-After."""
+
+
+class Abandoned(Exception):
+    """Raised inside a tokenizing thread at a checkpoint once its request has gone; nobody catches it."""
+
+
+@dataclass
+class EngineStats:
+    """Counters a test or a benchmark can read. Written from tokenizing threads: each ``+=`` is one
+    bytecode-level update under the GIL, and readers only need a count that stops growing."""
+
+    tokenize_chunks: int = 0
+    tokenizing_stopped: int = 0
 
 
 class Engine:
@@ -53,6 +68,7 @@ class Engine:
         self.worker = ModelWorker(backend, self.batcher, on_batch=on_batch)
         self._on_dropped = on_dropped
         self._active = 0
+        self.stats = EngineStats()
 
     @property
     def active_requests(self) -> int:
@@ -68,18 +84,34 @@ class Engine:
     def admit(self) -> Iterator[None]:
         """Count one request against ``max_concurrent_requests`` for as long as it runs."""
         if self._active >= self.config.max_concurrent_requests:
-            raise Overloaded(f"{self._active} requests are in flight, the most it admits")
+            raise Overloaded(f"{self._active} requests are in flight, the most this server admits")
         self._active += 1
         try:
             yield
         finally:
             self._active -= 1
 
-    async def prepare(self, tokenize: Callable[[], T], *, chars: int) -> T:
-        """Tokenize inline when small, else in a thread, so a large request never blocks the loop."""
+    async def prepare(self, tokenize: Callable[[Checkpoint], T], *, chars: int) -> T:
+        """Tokenize inline when small, else in a thread, so a large request never blocks the loop.
+
+        If the request is cancelled (its client left) while the thread tokenizes, the request returns at
+        once, and the thread stops at its next checkpoint, within one bounded chunk of tokenizing.
+        """
         if chars <= INLINE_TOKENIZE_CHARS:
-            return tokenize()
-        return await anyio.to_thread.run_sync(tokenize)
+            return tokenize(no_checkpoint)
+        abandoned = threading.Event()
+        stats = self.stats
+
+        def checkpoint() -> None:
+            if abandoned.is_set():
+                stats.tokenizing_stopped += 1
+                raise Abandoned
+            stats.tokenize_chunks += 1
+
+        try:
+            return await anyio.to_thread.run_sync(tokenize, checkpoint, abandon_on_cancel=True)
+        finally:
+            abandoned.set()
 
     async def run(self, inputs: list[Encoded]) -> list[torch.Tensor]:
         """Queue the inputs as one job and wait for every output (or the batch's error)."""

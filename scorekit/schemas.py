@@ -77,6 +77,13 @@ class Usage(Struct):
     completion_tokens: int = 0
 
 
+class GenerativeUsage(Usage, kw_only=True):
+    """vLLM's usage, plus how many prompts were cut to the model's maximum length minus one (vLLM cuts
+    them silently; a scorekit extension so a client can see that an item's tokens were dropped)."""
+
+    truncated_prompts: int = 0
+
+
 class RerankUsage(Struct):
     prompt_tokens: int
     total_tokens: int
@@ -126,7 +133,7 @@ class GenerativeScoringResponse(Struct):
     created: int
     model: str
     data: list[GenerativeScoreData]
-    usage: Usage
+    usage: GenerativeUsage
     object: str = "list"
 
 

@@ -16,56 +16,78 @@ from scorekit.api.common import (
 from scorekit.api.state import ServerState
 from scorekit.http import Request, bad_request
 from scorekit.models.causal_lm import CausalLMBackend
-from scorekit.schemas import GenerativeScoreData, GenerativeScoringRequest, GenerativeScoringResponse, Usage
+from scorekit.schemas import (
+    GenerativeScoreData,
+    GenerativeScoringRequest,
+    GenerativeScoringResponse,
+    GenerativeUsage,
+)
 
 
 async def generative_scoring(request: Request) -> GenerativeScoringResponse:
     state: ServerState = request.state
-    body = decode(request, GenerativeScoringRequest)
+    body = await decode(request, GenerativeScoringRequest)
     model = check_model(state, body.model)
     engine = state.ready_engine()
     backend = engine.backend
     if not isinstance(backend, CausalLMBackend):
         raise not_supported("Generative Scoring")
-    _check_items(body, backend.vocab_size)
     check_count(state, len(body.items), "items")
     check_count(state, len(body.label_token_ids), "label_token_ids")  # each item returns one float per label
+    _check_items(body, backend.vocab_size)
     try:
         backend.check_labels(body.label_token_ids)
     except ValueError as exc:
         raise bad_request(str(exc), "label_token_ids") from None
     labels = body.label_token_ids
+    # Each distinct item runs once; repeats share its probabilities (and so its exact floats).
+    keys = [item if isinstance(item, str) else tuple(item) for item in body.items]
+    first_index: dict[str | tuple[int, ...], int] = {}
+    for index, key in enumerate(keys):
+        first_index.setdefault(key, index)
+    distinct = list(first_index.values())
+    row = {keys[index]: position for position, index in enumerate(distinct)}
     inputs, outputs = await run_admitted(
         engine,
-        lambda: backend.encode_prompts(
+        lambda checkpoint: backend.encode_prompts(
             body.query,
-            body.items,
+            [body.items[index] for index in distinct],
             labels,
             item_first=body.item_first,
             add_special_tokens=body.add_special_tokens,
+            checkpoint=checkpoint,
         ),
-        chars=sum(len(item) for item in body.items) + len(body.query),
-        param_of=lambda i: f"items[{i}]",
+        count=len(distinct),
+        chars=sum(len(body.items[index]) for index in distinct) + len(body.query),
+        param_of=lambda i: f"items[{distinct[i]}]",
     )
-    distinct = _first_positions(labels)  # duplicates collapse, as in vLLM
-    data = []
-    for i, logprobs in enumerate(outputs):
-        if body.apply_softmax:
-            logprobs = logprobs - torch.logsumexp(logprobs[distinct], dim=0)
-        probabilities = [float(p) for p in logprobs.exp().tolist()]
-        data.append(GenerativeScoreData(index=i, score=probabilities[0], scores=probabilities))
-    prompt_tokens = sum(item.cost for item in inputs)
+    positions = _first_positions(labels)  # duplicate labels collapse, as in vLLM
+    probabilities = [_probabilities(logprobs, positions, body.apply_softmax) for logprobs in outputs]
+    data = [
+        GenerativeScoreData(index=i, score=probabilities[row[key]][0], scores=probabilities[row[key]])
+        for i, key in enumerate(keys)
+    ]
+    prompts = [inputs[row[key]] for key in keys]  # vLLM runs and counts every item's prompt
+    prompt_tokens = sum(prompt.cost for prompt in prompts)
     return GenerativeScoringResponse(
         id=response_id(request, "generative-scoring"),
         created=now(),
         model=model,
         data=data,
-        usage=Usage(
+        usage=GenerativeUsage(
             prompt_tokens=prompt_tokens,
-            total_tokens=prompt_tokens + len(outputs),
-            completion_tokens=len(outputs),
+            total_tokens=prompt_tokens + len(prompts),
+            completion_tokens=len(prompts),
+            truncated_prompts=sum(prompt.truncated for prompt in prompts),
         ),
     )
+
+
+def _probabilities(logprobs: torch.Tensor, positions: list[int], apply_softmax: bool) -> list[float]:
+    """Each label's probability: over the label tokens only (softmax), or over the whole vocabulary."""
+    if apply_softmax:
+        logprobs = logprobs - torch.logsumexp(logprobs[positions], dim=0)
+    return [float(p) for p in logprobs.exp().tolist()]
 
 
 def _check_items(body: GenerativeScoringRequest, vocab_size: int) -> None:

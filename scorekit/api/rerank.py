@@ -13,15 +13,15 @@ from scorekit.schemas import RerankDocument, RerankRequest, RerankResponse, Rera
 
 async def rerank(request: Request) -> RerankResponse:
     state: ServerState = request.state
-    body = decode(request, RerankRequest)
+    body = await decode(request, RerankRequest)
     model = check_model(state, body.model)
-    texts = [doc if isinstance(doc, str) else doc.text for doc in body.documents]
-    if not texts:
+    if not body.documents:
         raise bad_request("At least one text_pair element must be given", "documents")
-    check_count(state, len(texts), "documents")
+    check_count(state, len(body.documents), "documents")
+    texts = [doc if isinstance(doc, str) else doc.text for doc in body.documents]
     options = PairOptions(body.truncate_prompt_tokens, body.truncation_side, body.use_activation)
     scores, tokens = await score_pairs(
-        state, [body.query], texts, options, lambda side, i: "query" if side == 0 else f"documents[{i}]"
+        state, [body.query], texts, options, lambda side, i: "query" if side == 0 else f"documents[{i}]", api="Rerank"
     )
     order = sorted(range(len(texts)), key=lambda i: -scores[i])  # stable: ties keep input order
     if 0 < body.top_n < len(order):

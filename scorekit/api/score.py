@@ -14,12 +14,12 @@ _SIDE_FIELDS = ("queries", "documents", "items", "data_1", "data_2", "text_1", "
 
 async def score(request: Request) -> ScoreResponse:
     state: ServerState = request.state
-    body = decode(request, ScoreRequest)
+    body = await decode(request, ScoreRequest)
     model = check_model(state, body.model)
     names, side1, side2 = _sides(body)
     check_count(state, max(len(side1), len(side2)), names[1])
     options = PairOptions(body.truncate_prompt_tokens, body.truncation_side, body.use_activation)
-    scores, tokens = await score_pairs(state, side1, side2, options, lambda side, i: f"{names[side]}[{i}]")
+    scores, tokens = await score_pairs(state, side1, side2, options, lambda side, i: f"{names[side]}[{i}]", api="Score")
     return ScoreResponse(
         id=response_id(request, "score"),
         created=now(),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -20,22 +20,45 @@ class Encoded:
     input_ids: list[int]
     token_type_ids: list[int] | None = None
     label_token_ids: tuple[int, ...] = ()
+    truncated: bool = False  # some of the input's tokens were cut to fit
 
     @property
     def cost(self) -> int:
         return len(self.input_ids)
 
 
-class InputTooLong(ValueError):
-    """An input is over the model's maximum length and the request asked for no truncation."""
+# Called by tokenizing code between bounded chunks of work; raises once the request has been abandoned.
+Checkpoint = Callable[[], None]
 
-    def __init__(self, index: int, length: int, maximum: int) -> None:
+
+def no_checkpoint() -> None:
+    """The checkpoint of work that nobody can abandon (tests, warm-up)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """A request's truncation, resolved for one model: ``keep`` tokens (None: over-long is an error)."""
+
+    keep: int | None
+    max_length: int
+    side: TruncationSide
+
+
+class InputTooLong(ValueError):
+    """An input is over the model's maximum length and the request asked for no truncation.
+
+    ``length`` is its token count; None when the characters alone rule it out, before tokenizing.
+    """
+
+    def __init__(self, index: int, length: int | None, maximum: int, *, chars: int = 0) -> None:
+        size = f"{length} tokens" if length is not None else f"{chars} characters"
         super().__init__(
-            f"Input {index} has {length} tokens, but the model's maximum length is {maximum} tokens. "
+            f"Input {index} has {size}, but the model's maximum length is {maximum} tokens. "
             "Please reduce the length of the input prompt, or set truncate_prompt_tokens."
         )
         self.index = index
         self.length = length
+        self.chars = chars
         self.maximum = maximum
 
 

@@ -9,8 +9,17 @@ import torch
 from torch.nn import functional
 from transformers import AutoModel
 
-from .base import Encoded, ModelKind, TruncationSide
-from .loading import Source, encode_batch, load_model, load_tokenizer, pad_batch, pad_token_id, read_max_length
+from .base import Checkpoint, Encoded, ModelKind, TruncationSide, no_checkpoint
+from .loading import (
+    Source,
+    encode_texts,
+    limits,
+    load_model,
+    load_tokenizer,
+    pad_batch,
+    pad_token_id,
+    read_max_length,
+)
 
 Pooling = Literal["mean", "cls", "max", "lasttoken"]
 # The pooling names sentence-transformers saves. The embeddings are L2-normalised, and that makes
@@ -51,9 +60,16 @@ class BiEncoderBackend:
         self.max_length = read_max_length(source, self._tokenizer, model.config)
         self.vocab_size: int = model.config.get_text_config().vocab_size
 
-    def encode_texts(self, texts: Sequence[str], truncate: int | None, side: TruncationSide | None) -> list[Encoded]:
+    def encode_texts(
+        self,
+        texts: Sequence[str],
+        truncate: int | None,
+        side: TruncationSide | None,
+        checkpoint: Checkpoint = no_checkpoint,
+    ) -> list[Encoded]:
         """Each text on its own, with the tokenizer's special tokens."""
-        return encode_batch(self._tokenizer, texts, None, truncate, side, self.max_length)
+        request_limits = limits(self._tokenizer, truncate, side, self.max_length)
+        return encode_texts(self._tokenizer, texts, request_limits, checkpoint)
 
     def forward(self, batch: Sequence[Encoded]) -> list[torch.Tensor]:
         """One L2-normalised float32 embedding per text, on the CPU."""

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from transformers import AutoModelForCausalLM
 
-from .base import Encoded, ModelKind
-from .loading import Source, load_model, load_tokenizer, pad_batch, pad_token_id, read_max_length
+from .base import Checkpoint, Encoded, ModelKind, no_checkpoint
+from .loading import Source, load_model, load_tokenizer, pad_batch, pad_token_id, read_max_length, tokenize
 
 
 class CausalLMBackend:
@@ -50,18 +50,26 @@ class CausalLMBackend:
         *,
         item_first: bool,
         add_special_tokens: bool,
+        checkpoint: Checkpoint = no_checkpoint,
     ) -> list[Encoded]:
-        """One prompt per item, cut to its first max_length - 1 tokens as vLLM does (room for one more)."""
+        """One prompt per item, cut to its first max_length - 1 tokens as vLLM does (room for one more).
+
+        Only the kept tokens are ever copied, so a very long query costs one tokenizing, not one per item.
+        """
         self.check_labels(label_token_ids)
         labels = tuple(label_token_ids)
-        query_ids = self._token_ids(query, add_special_tokens, "query")
+        cut = self.max_length - 1
+        [query_ids] = self._token_ids([query], add_special_tokens, lambda _: "query", checkpoint)
+        item_ids = self._token_ids(items, False, lambda index: f"item {index}", checkpoint)
         prompts = []
-        for index, item in enumerate(items):
-            item_ids = self._token_ids(item, False, f"item {index}")
-            ids = (item_ids + query_ids if item_first else query_ids + item_ids)[: self.max_length - 1]
-            if not ids:
+        for index, ids in enumerate(item_ids):
+            first, second = (ids, query_ids) if item_first else (query_ids, ids)
+            head = first[:cut]
+            prompt = head + second[: cut - len(head)]
+            if not prompt:
                 raise ValueError(f"The prompt for item {index} is empty.")
-            prompts.append(Encoded(ids, label_token_ids=labels))
+            truncated = len(first) + len(second) > cut
+            prompts.append(Encoded(prompt, label_token_ids=labels, truncated=truncated))
         return prompts
 
     def forward(self, batch: Sequence[Encoded]) -> list[torch.Tensor]:
@@ -77,11 +85,25 @@ class CausalLMBackend:
             flat = torch.cat(picked).cpu()
         return list(torch.split(flat, [len(item.label_token_ids) for item in batch]))
 
-    def _token_ids(self, value: str | list[int], add_special_tokens: bool, what: str) -> list[int]:
-        """Tokenize a string; check a list of ids, since an id past the vocabulary would crash the model."""
-        if isinstance(value, str):
-            return list(self._tokenizer(value, add_special_tokens=add_special_tokens, verbose=False)["input_ids"])
-        for token_id in value:
-            if not 0 <= token_id < self.vocab_size:
-                raise ValueError(f"Token id {token_id} in {what} is out of vocabulary range [0, {self.vocab_size}).")
-        return list(value)
+    def _token_ids(
+        self,
+        values: Sequence[str | list[int]],
+        add_special_tokens: bool,
+        name: Callable[[int], str],
+        checkpoint: Checkpoint,
+    ) -> list[list[int]]:
+        """Tokenize the strings; check the id lists, since an id past the vocabulary would crash the model."""
+        texts = [value for value in values if isinstance(value, str)]
+        encodings = iter(tokenize(self._tokenizer, texts, special_tokens=add_special_tokens, checkpoint=checkpoint))
+        token_ids = []
+        for index, value in enumerate(values):
+            if isinstance(value, str):
+                token_ids.append(list(next(encodings).ids))
+                continue
+            for token_id in value:
+                if not 0 <= token_id < self.vocab_size:
+                    raise ValueError(
+                        f"Token id {token_id} in {name(index)} is out of vocabulary range [0, {self.vocab_size})."
+                    )
+            token_ids.append(list(value))
+        return token_ids

@@ -8,8 +8,17 @@ from collections.abc import Sequence
 import torch
 from transformers import AutoModelForSequenceClassification, PretrainedConfig
 
-from .base import Encoded, ModelKind, TruncationSide
-from .loading import Source, encode_batch, load_model, load_tokenizer, pad_batch, pad_token_id, read_max_length
+from .base import Checkpoint, Encoded, ModelKind, TruncationSide, no_checkpoint
+from .loading import (
+    Source,
+    encode_pairs,
+    limits,
+    load_model,
+    load_tokenizer,
+    pad_batch,
+    pad_token_id,
+    read_max_length,
+)
 
 # Activation names a CrossEncoder may have saved in its config; sigmoid is its default for one label.
 _IDENTITY = {"torch.nn.Identity", "torch.nn.modules.linear.Identity"}
@@ -44,11 +53,11 @@ class CrossEncoderBackend:
         documents: Sequence[str],
         truncate: int | None,
         side: TruncationSide | None,
+        checkpoint: Checkpoint = no_checkpoint,
     ) -> list[Encoded]:
         """Pair i is (queries[i], documents[i]), tokenized as one sequence with token type ids."""
-        if len(queries) != len(documents):
-            raise ValueError(f"Got {len(queries)} queries but {len(documents)} documents; pairs need both.")
-        return encode_batch(self._tokenizer, queries, documents, truncate, side, self.max_length)
+        request_limits = limits(self._tokenizer, truncate, side, self.max_length)
+        return encode_pairs(self._tokenizer, queries, documents, request_limits, checkpoint)
 
     def forward(self, batch: Sequence[Encoded]) -> list[torch.Tensor]:
         """The raw logit of each pair, as a 0-d float32 CPU tensor."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,11 +15,19 @@ from tokenizers import Encoding
 from transformers import AutoTokenizer, PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils.hub import cached_file
 
-from .base import Encoded, InputTooLong, TruncationSide, TruncationTooLarge
+from .base import Checkpoint, Encoded, InputTooLong, Limits, TruncationSide, TruncationTooLarge
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # Tokenizers without a limit report a sentinel near 1e30 as model_max_length.
 _NO_LIMIT = 10**12
+# Tokenizing about this many characters takes a few tens of milliseconds: the most an abandoned request
+# tokenizes after its client left (one text longer than this is still one call).
+TOKENIZE_CHUNK_CHARS = 1 << 16
+PAIRS_PER_CHECKPOINT = 256
+# Without truncation, an input of more characters than this many per token of the model's maximum length
+# cannot fit (as vLLM's VLLM_MAX_CHARS_PER_TOKEN pre-check): refused before any tokenizing. Real text runs
+# 3-6 characters per token; only long runs of whitespace or of unknown characters pack more.
+MAX_CHARS_PER_TOKEN = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,17 +138,20 @@ def pad_token_id(tokenizer: PreTrainedTokenizerBase) -> int:
     return pad if isinstance(pad, int) else 0
 
 
-def token_limit(truncate: int | None, max_length: int) -> int | None:
-    """How many tokens an input may keep; None means an over-long input is an error."""
+def limits(
+    tokenizer: PreTrainedTokenizerBase, truncate: int | None, side: TruncationSide | None, max_length: int
+) -> Limits:
+    """What a request's truncation fields mean for this model; bad values are the request's error."""
+    cut_side = side or cast(TruncationSide, tokenizer.truncation_side)
     if truncate is None:
-        return None
+        return Limits(None, max_length, cut_side)
     if truncate == -1:
-        return max_length
+        return Limits(max_length, max_length, cut_side)
     if truncate > max_length:
         raise TruncationTooLarge()
     if truncate < 1:
         raise ValueError("truncate_prompt_tokens must be -1 or a positive number of tokens.")
-    return truncate
+    return Limits(truncate, max_length, cut_side)
 
 
 def split_budget(first: int, second: int, budget: int) -> tuple[int, int]:
@@ -158,57 +169,143 @@ def split_budget(first: int, second: int, budget: int) -> tuple[int, int]:
     return (half + odd, half) if first > second else (half, half + odd)
 
 
-def encode_batch(
+def tokenize(
+    tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], *, special_tokens: bool, checkpoint: Checkpoint
+) -> list[Encoding]:
+    """Tokenize untruncated, a chunk of about ``TOKENIZE_CHUNK_CHARS`` characters per call (the Rust tokenizer
+    runs each chunk in parallel), calling ``checkpoint`` before each chunk so an abandoned request stops here."""
+    backend = tokenizer.backend_tokenizer
+    encodings: list[Encoding] = []
+    start = 0
+    while start < len(texts):
+        end, chars = start + 1, len(texts[start])
+        while end < len(texts) and chars + len(texts[end]) <= TOKENIZE_CHUNK_CHARS:
+            chars += len(texts[end])
+            end += 1
+        checkpoint()
+        encodings.extend(backend.encode_batch(list(texts[start:end]), add_special_tokens=special_tokens))
+        start = end
+    return encodings
+
+
+def encode_texts(
     tokenizer: PreTrainedTokenizerBase,
     texts: Sequence[str],
-    pairs: Sequence[str] | None,
-    truncate: int | None,
-    side: TruncationSide | None,
-    max_length: int,
+    limits: Limits,
+    checkpoint: Checkpoint,
 ) -> list[Encoded]:
-    """Tokenize untruncated in one call (the Rust tokenizer runs it in parallel), then check or cut each."""
-    limit = token_limit(truncate, max_length)
-    if not texts:
-        return []
-    cut_side = side or cast(TruncationSide, tokenizer.truncation_side)
+    """Each text on its own, with the tokenizer's special tokens, checked or cut to the limits."""
+    check_chars(((len(text),) for text in texts), limits)
     with_types = "token_type_ids" in tokenizer.model_input_names
-    # verbose=False: the "longer than the maximum" warning is wrong here, since fit() checks every length.
-    encoded = tokenizer(text=list(texts), text_pair=None if pairs is None else list(pairs), verbose=False)
-    return [
-        fit(encoding, index, limit, max_length, cut_side, with_types)
-        for index, encoding in enumerate(encoded.encodings or [])
-    ]
+    encodings = tokenize(tokenizer, texts, special_tokens=True, checkpoint=checkpoint)
+    return [fit(encoding, index, limits, with_types) for index, encoding in enumerate(encodings)]
+
+
+def encode_pairs(
+    tokenizer: PreTrainedTokenizerBase,
+    firsts: Sequence[str],
+    seconds: Sequence[str],
+    limits: Limits,
+    checkpoint: Checkpoint,
+) -> list[Encoded]:
+    """Pair i is (firsts[i], seconds[i]) as one sequence with the pair template's special tokens.
+
+    Each distinct text is tokenized once and the pairs are joined by the tokenizer's own post-processor,
+    which is what tokenizing the pair does inside the tokenizers library: a 1:N request tokenizes its
+    query once, not N times.
+    """
+    if len(firsts) != len(seconds):
+        raise ValueError(f"Got {len(firsts)} queries but {len(seconds)} documents; pairs need both.")
+    check_chars(zip(map(len, firsts), map(len, seconds), strict=True), limits)
+    distinct = list(dict.fromkeys([*firsts, *seconds]))
+    tokenized = tokenize(tokenizer, distinct, special_tokens=False, checkpoint=checkpoint)
+    encodings = dict(zip(distinct, tokenized, strict=True))
+    backend = tokenizer.backend_tokenizer
+    with_types = "token_type_ids" in tokenizer.model_input_names
+    encoded = []
+    for index, (first, second) in enumerate(zip(firsts, seconds, strict=True)):
+        if index % PAIRS_PER_CHECKPOINT == 0:
+            checkpoint()
+        parts = encodings[first], encodings[second]
+        pair = backend.post_process(*parts, add_special_tokens=True)
+        encoded.append(fit(pair, index, limits, with_types, parts))
+    return encoded
+
+
+def check_chars(inputs: Iterable[tuple[int, ...]], limits: Limits) -> None:
+    """Refuse, before any tokenizing, an input whose characters cannot fit in the model without truncation."""
+    if limits.keep is not None:
+        return
+    most = limits.max_length * MAX_CHARS_PER_TOKEN
+    for index, parts in enumerate(inputs):
+        if sum(parts) > most:
+            raise InputTooLong(index, None, limits.max_length, chars=sum(parts))
 
 
 def fit(
-    encoding: Encoding, index: int, limit: int | None, max_length: int, side: TruncationSide, with_types: bool
+    encoding: Encoding,
+    index: int,
+    limits: Limits,
+    with_types: bool,
+    parts: tuple[Encoding, Encoding] | None = None,
 ) -> Encoded:
-    """Check or truncate one untruncated encoding.
+    """Check or truncate one untruncated encoding (``parts``: the two halves a pair was joined from).
 
-    Truncation drops content tokens only, so [CLS]/[SEP] and the like stay where the tokenizer put them.
+    Truncation drops content tokens only, so [CLS]/[SEP] and the like stay where the tokenizer put them;
+    each part's content is one contiguous run of positions, so the cut is two slices per part.
     """
     ids, types = encoding.ids, encoding.type_ids if with_types else None
+    limit, max_length = limits.keep, limits.max_length
     if limit is None and len(ids) > max_length:
         raise InputTooLong(index, len(ids), max_length)
     if limit is None or len(ids) <= limit:
         return Encoded(ids, types)
-    parts = encoding.sequence_ids
-    n_special = parts.count(None)
+    spans = _pair_spans(ids, *parts) if parts else _single_span(encoding.sequence_ids)
+    n_special = len(ids) - sum(count for _, count in spans)
     if limit < n_special:
         raise ValueError(f"truncate_prompt_tokens must be at least {n_special} for this model.")
-    lengths = (parts.count(0), parts.count(1))
-    keep = split_budget(*lengths, limit - n_special)
-    seen = [0, 0]
+    keep = split_budget(spans[0][1], spans[1][1], limit - n_special)
+    dropped = []
+    for (start, count), kept in zip(spans, keep, strict=True):
+        first_kept = start if limits.side == "right" else start + count - kept
+        dropped += [(start, first_kept), (first_kept + kept, start + count)]
+    positions = _without(len(ids), dropped)
+    kept_types = None if types is None else [types[i] for i in positions]
+    return Encoded([ids[i] for i in positions], kept_types, truncated=True)
+
+
+def _single_span(sequence_ids: list[int | None]) -> list[tuple[int, int]]:
+    """Where a single text's content starts and how long it is, plus an empty second part."""
+    count = sequence_ids.count(0)
+    start = sequence_ids.index(0) if count else 0
+    return [(start, count), (start + count, 0)]
+
+
+def _pair_spans(ids: list[int], first: Encoding, second: Encoding) -> list[tuple[int, int]]:
+    """Where each half's content sits in the joined pair (the post-processor only adds tokens around them)."""
+    spans = []
+    position = 0
+    for part in (first.ids, second.ids):
+        start = position
+        while ids[start : start + len(part)] != part:
+            start += 1
+            if start + len(part) > len(ids):
+                raise ValueError("The tokenizer's pair template reorders the texts; scorekit cannot truncate it.")
+        spans.append((start, len(part)))
+        position = start + len(part)
+    return spans
+
+
+def _without(length: int, dropped: Sequence[tuple[int, int]]) -> list[int]:
+    """The positions left after removing the half-open ``dropped`` ranges."""
+    cuts = sorted((start, end) for start, end in dropped if end > start)
     kept: list[int] = []
-    for position, part in enumerate(parts):
-        if part is not None:
-            rank = seen[part]
-            seen[part] += 1
-            first_kept = 0 if side == "right" else lengths[part] - keep[part]
-            if not first_kept <= rank < first_kept + keep[part]:
-                continue
-        kept.append(position)
-    return Encoded([ids[i] for i in kept], None if types is None else [types[i] for i in kept])
+    previous = 0
+    for start, end in cuts:
+        kept.extend(range(previous, start))
+        previous = end
+    kept.extend(range(previous, length))
+    return kept
 
 
 def pad_batch(batch: Sequence[Encoded], pad_id: int, device: torch.device) -> dict[str, torch.Tensor]:
