@@ -84,7 +84,7 @@ class Engine:
     def admit(self) -> Iterator[None]:
         """Count one request against ``max_concurrent_requests`` for as long as it runs."""
         if self._active >= self.config.max_concurrent_requests:
-            raise Overloaded(f"{self._active} requests are in flight, the most this server admits")
+            raise Overloaded(f"requests in flight: {self._active}, the limit")
         self._active += 1
         try:
             yield
