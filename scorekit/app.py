@@ -15,9 +15,10 @@ import anyio.to_thread
 from scorekit import __version__
 from scorekit.api.openapi import build_openapi
 from scorekit.api.routes import ROUTES
-from scorekit.api.state import ServerState
+from scorekit.api.state import ServerState, shutting_down
 from scorekit.asgi import Receive, Scope, Send
 from scorekit.engine import Engine
+from scorekit.inflight import InFlight
 from scorekit.lifecycle import LifecycleMiddleware
 from scorekit.load import LoadCounter
 from scorekit.metrics import Metrics
@@ -54,7 +55,8 @@ class ScorekitApp:
             observer=self.metrics.observe_request,
             gate=self.state.refuse_new_work_when_draining,
         )
-        self._stack = LifecycleMiddleware(router, load=self.load)
+        self._in_flight = InFlight(router)
+        self._stack = LifecycleMiddleware(self._in_flight, load=self.load)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -69,6 +71,15 @@ class ScorekitApp:
     def begin_drain(self) -> None:
         """From now on, scoring requests and /health answer 503; requests in flight carry on."""
         self.state.draining = True
+
+    async def cut_in_flight(self, grace: float) -> int:
+        """End every request still running with a 503 in the JSON error shape, waiting up to ``grace``
+        seconds for those answers to go out; how many requests there were.
+
+        For the end of a drain: the server process calls it at its deadline, before the ASGI server would
+        cancel the same requests with its own plain-text 500."""
+        error = shutting_down("The server is shutting down; this request did not finish in time.")
+        return await self._in_flight.cut(error, grace=grace)
 
     @asynccontextmanager
     async def lifespan(self, _host: object = None) -> AsyncIterator[None]:

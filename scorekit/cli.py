@@ -40,6 +40,19 @@ def _flag(
     )
 
 
+def _at_least(low: float, cast: Callable[[str], Any]) -> Callable[[str], Any]:
+    """``cast``, refusing values below ``low`` with one line from argparse."""
+
+    def parse(text: str) -> Any:
+        value = cast(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low:g}, not {text}")
+        return value
+
+    parse.__name__ = cast.__name__  # argparse names the type in its "invalid int value" message
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="scorekit", description="A scoring server for rerankers and scorers.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -83,6 +96,21 @@ def build_parser() -> argparse.ArgumentParser:
         _SETTINGS.shutdown_timeout,
         "Seconds in-flight requests get on SIGTERM",
     )
+    _flag(
+        serve,
+        "limit-concurrency",
+        _at_least(0, int),
+        _SETTINGS.limit_concurrency,
+        "Most open connections; past it the oldest one yet to send a request head is closed. 0: the"
+        " open-file limit less a reserve",
+    )
+    _flag(
+        serve,
+        "header-timeout",
+        _at_least(0.001, float),
+        _SETTINGS.header_timeout,
+        "Seconds a connection gets to send its request head before it is closed",
+    )
     _flag(serve, "log-level", str, "info", "debug logs one line per batch", choices=["debug", "info", "warning"])
     return parser
 
@@ -103,6 +131,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         max_body_bytes=args.max_body_bytes,
         max_items_per_request=args.max_items_per_request,
         shutdown_timeout=args.shutdown_timeout,
+        limit_concurrency=args.limit_concurrency,
+        header_timeout=args.header_timeout,
     )
 
 

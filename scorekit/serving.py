@@ -12,48 +12,91 @@ import time
 from types import FrameType
 
 import uvicorn
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from scorekit.app import ScorekitApp
+from scorekit.connections import AcceptFailureFilter, connection_cap, guarded, raise_open_file_limit
+
+logger = logging.getLogger("scorekit.serving")
+
+# How long the requests cut at the end of a drain get to write their 503 before uvicorn closes up.
+CUT_GRACE_S = 2.0
 
 
 class _DrainingServer(uvicorn.Server):
     """The first SIGTERM/SIGINT drains: new scoring requests get 503 while the listener stays open
-    (a load balancer sees the 503s and /health turn away), in-flight ones finish for up to
-    ``shutdown_timeout`` seconds, then uvicorn shuts down as usual. A second signal exits at once.
+    (a load balancer sees the 503s and /health turn away), and the requests admitted before the signal
+    finish. Once they have, uvicorn shuts down as usual. At ``shutdown_timeout`` seconds, or at a second
+    signal, the requests still running are answered 503 in the JSON error shape and the process exits 0.
     """
 
     def __init__(self, config: uvicorn.Config, app: ScorekitApp) -> None:
         super().__init__(config)
         self._scorekit = app
         self._drain_deadline: float | None = None
+        self._announced = False
+        self._forced = False
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # Runs between two bytecodes of whatever the event loop was doing: only flags here, on_tick acts.
+        # Not uvicorn's handler: it would re-raise the signal once serving ends (a KeyboardInterrupt
+        # traceback and a non-zero status after an orderly shutdown).
         if self._drain_deadline is None:
             self._scorekit.begin_drain()
             self._drain_deadline = time.monotonic() + self._scorekit.settings.shutdown_timeout
-            logging.getLogger("scorekit.cli").info("draining: waiting for requests in flight to finish")
-            return
-        super().handle_exit(sig, frame)
+        else:
+            self._forced = True
 
     async def on_tick(self, counter: int) -> bool:
         deadline = self._drain_deadline
-        if deadline is not None and (self._scorekit.load.routed == 0 or time.monotonic() >= deadline):
+        if deadline is None:
+            return await super().on_tick(counter)
+        admitted = self._scorekit.load.routed  # the gate refuses new work before it counts as load
+        if not self._announced:
+            self._announced = True
+            timeout = self._scorekit.settings.shutdown_timeout
+            logger.info("draining: waiting up to %g s for the %d request(s) in flight to finish", timeout, admitted)
+        now = time.monotonic()
+        if self._forced:
+            await self._cut("a second signal")
+        elif now >= deadline:
+            await self._cut(f"the shutdown timeout ({self._scorekit.settings.shutdown_timeout:g} s) passed")
+        elif admitted:
+            return await super().on_tick(counter)
+        else:
             # uvicorn's own graceful wait comes after the drain: give it only what is left of the one
             # shutdown_timeout, or a request could run for twice as long as the flag promises.
-            self.config.timeout_graceful_shutdown = math.ceil(max(0.0, deadline - time.monotonic()))
-            return True
-        return await super().on_tick(counter)
+            self.config.timeout_graceful_shutdown = math.ceil(deadline - now)
+        return True
+
+    async def _cut(self, why: str) -> None:
+        """Answer what is still running with a JSON 503 now, so uvicorn has nothing left to cancel (it would
+        answer a plain-text 500 and log a traceback per request)."""
+        cut = await self._scorekit.cut_in_flight(CUT_GRACE_S)
+        logger.warning("%s: answered the %d request(s) still in flight with 503 and shutting down", why, cut)
+        self.config.timeout_graceful_shutdown = math.ceil(CUT_GRACE_S)
 
 
 def run_server(app: ScorekitApp, *, host: str, port: int, log_level: str) -> int:
     """Serve ``app`` until a signal ends the drain; 0 when the server started, else 1."""
+    settings = app.settings
+    fd_limit = raise_open_file_limit()
+    max_connections = connection_cap(fd_limit, settings.limit_concurrency)
+    logger.info(
+        "up to %d open connections (open-file limit %d); a request head must arrive within %g s",
+        max_connections,
+        fd_limit,
+        settings.header_timeout,
+    )
+    logging.getLogger("asyncio").addFilter(AcceptFailureFilter())
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level=log_level,
         lifespan="on",
-        timeout_graceful_shutdown=int(app.settings.shutdown_timeout),
+        http=guarded(AutoHTTPProtocol, header_timeout=settings.header_timeout, max_connections=max_connections),
+        timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout),
     )
     server = _DrainingServer(config, app)
     server.run()

@@ -34,3 +34,5 @@ class Settings:
     max_body_bytes: int = 16 << 20
     max_items_per_request: int = 10_000
     shutdown_timeout: float = 30.0
+    limit_concurrency: int = 0  # most open connections; 0: derived from the open-file limit (connections.py)
+    header_timeout: float = 10.0  # seconds a connection gets to send a complete request head

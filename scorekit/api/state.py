@@ -25,7 +25,10 @@ class ServerState:
     started_at: int = field(default_factory=lambda: int(time.time()))
 
     def refuse_new_work_when_draining(self, route: Route) -> None:
-        """The router's gate: once draining, new scoring requests get 503; those already routed finish."""
+        """The router's gate: once draining, new scoring requests get 503; those already routed finish.
+
+        The router calls it before it labels the request as load, so what it refuses never counts in /load
+        nor holds up the drain."""
         if self.draining and route.counts_as_load:
             raise shutting_down()
 
@@ -36,5 +39,7 @@ class ServerState:
         return self.engine
 
 
-def shutting_down() -> HTTPError:
-    return HTTPError(503, "The server is shutting down.", headers=[(b"retry-after", b"1")])
+def shutting_down(message: str = "The server is shutting down.") -> HTTPError:
+    """A draining server's 503. ``Connection: close`` sends a keep-alive client (or a balancer's pooled
+    connection) to reconnect, and so to another replica, instead of queueing behind this one."""
+    return HTTPError(503, message, headers=[(b"retry-after", b"1"), (b"connection", b"close")])

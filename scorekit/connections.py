@@ -1,0 +1,166 @@
+"""Connection limits uvicorn lacks: a deadline for each request head, a cap on open connections, and
+enough file descriptors for both. docs/deployment.md ("Connections and descriptors") says why.
+
+uvicorn's HTTP protocols (h11 and httptools) start no timer before a request head is complete, so an
+idle or slowloris connection stays open for good, and a flood of them takes every descriptor: accepts
+then fail, good clients time out, and asyncio logs a traceback per failed accept. :func:`guarded`
+wraps whichever protocol class uvicorn picked with a head deadline and a cap that, when reached,
+closes the oldest connection still waiting for its head (an attacker's, not a working client's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+logger = logging.getLogger("scorekit.connections")
+
+# Descriptors kept back from connections: the model's files, the log, the event loop, and a burst of
+# accepts that land before the cap can close anything (asyncio accepts a whole backlog in one go).
+MIN_RESERVED_FDS = 64
+# One log line per this many seconds for conditions that can recur thousands of times a second.
+LOG_EVERY_S = 60.0
+
+
+def raise_open_file_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (logging it); the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):  # macOS reports an unlimited hard limit it will not grant
+            logger.warning("could not raise the open-file limit from %d to %d", soft, hard)
+            return soft
+        logger.info("raised the open-file limit from %d to %d", soft, hard)
+        return hard
+    return soft
+
+
+def connection_cap(fd_limit: int, requested: int = 0) -> int:
+    """Most open connections ``fd_limit`` descriptors allow, or ``requested`` (0: derive it) if lower."""
+    most = max(1, fd_limit - max(MIN_RESERVED_FDS, fd_limit // 4))
+    if requested > most:
+        logger.warning(
+            "--limit-concurrency %d needs more than the %d open files allowed; using %d", requested, fd_limit, most
+        )
+    return min(requested, most) if requested else most
+
+
+class Throttle:
+    """Lets one event through per ``period`` seconds and counts the rest."""
+
+    def __init__(self, period: float = LOG_EVERY_S) -> None:
+        self.period = period
+        self.suppressed = 0
+        self._next = 0.0
+
+    def allow(self) -> bool:
+        now = time.monotonic()
+        if now < self._next:
+            self.suppressed += 1
+            return False
+        self._next = now + self.period
+        return True
+
+
+class AcceptFailureFilter(logging.Filter):
+    """asyncio logs "socket.accept() out of system resource" with a traceback for every accept that
+    fails for want of descriptors, up to a whole listen backlog (2048 under uvicorn) each time the
+    listener is readable: tens of thousands of tracebacks a minute. Keep one line per minute."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._throttle = Throttle()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("socket.accept() out of system resource"):
+            return True
+        if not self._throttle.allow():
+            return False
+        error = record.exc_info[1] if record.exc_info else None
+        record.msg = "socket.accept() out of system resource (%s); repeats are logged once a minute"
+        record.args = (error,)
+        record.exc_info = None
+        return True
+
+
+@dataclass
+class _Limits:
+    """What the connections of one server share."""
+
+    header_timeout: float
+    max_connections: int
+    open: int = 0
+    waiting: dict[Any, None] = field(default_factory=dict)  # insertion-ordered: the oldest first
+    closed: int = 0
+    closing_log: Throttle = field(default_factory=Throttle)
+
+
+class _Guard(asyncio.Protocol):
+    """Mixed in before uvicorn's protocol class; uses only the attributes both of them have."""
+
+    limits: _Limits
+    # Set by uvicorn's protocol.
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
+    cycle: Any  # the current request-response cycle: a new object once a request head is complete
+
+    _head_timer: asyncio.TimerHandle | None = None
+    _counted = False
+    _cycle_when_armed: Any = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._counted = True
+        self.limits.open += 1
+        self._expect_head()
+        if self.limits.open > self.limits.max_connections:
+            oldest: _Guard = next(iter(self.limits.waiting))  # this one, if no other is waiting
+            oldest._close(f"the connection limit ({self.limits.max_connections}) was reached")
+
+    def data_received(self, data: bytes) -> None:
+        if self._head_timer is None and (self.cycle is None or self.cycle.response_complete):
+            self._expect_head()  # the first bytes of the next request on a kept-alive connection
+        super().data_received(data)
+        if self._head_timer is not None and self.cycle is not self._cycle_when_armed:
+            self._stop_waiting()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._release()
+        super().connection_lost(exc)
+
+    def _expect_head(self) -> None:
+        self._cycle_when_armed = self.cycle
+        self._head_timer = self.loop.call_later(self.limits.header_timeout, self._close, "no request head in time")
+        self.limits.waiting[self] = None
+
+    def _stop_waiting(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        self.limits.waiting.pop(self, None)
+
+    def _release(self) -> None:
+        self._stop_waiting()
+        if self._counted:
+            self._counted = False
+            self.limits.open -= 1
+
+    def _close(self, why: str) -> None:
+        self._release()  # now, not at connection_lost: the next accept must not pick this one again
+        self.transport.close()
+        self.limits.closed += 1
+        if self.limits.closing_log.allow():
+            logger.warning(
+                "closed a connection that sent no complete request head: %s (%d so far)", why, self.limits.closed
+            )
+
+
+def guarded(base: type[asyncio.Protocol], *, header_timeout: float, max_connections: int) -> type[asyncio.Protocol]:
+    """``base`` (uvicorn's h11 or httptools protocol) with a head deadline and a connection cap."""
+    limits = _Limits(header_timeout=header_timeout, max_connections=max_connections)
+    return type(f"Guarded{base.__name__}", (_Guard, base), {"limits": limits})
