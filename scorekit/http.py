@@ -21,6 +21,7 @@ class Request:
     headers: dict[str, str]
     body: bytes
     state: Any
+    root_path: str = ""  # the mount prefix (ASGI ``root_path``): what a path written back to the client needs
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name.lower())

@@ -5,13 +5,17 @@ reads that buffer through :meth:`Lifecycle.receive`, which any number of app tas
 once. A client disconnect before the response is complete cancels the app through an anyio cancel
 scope; the load counter moves +1/-1 exactly once, in synchronous code. The owner layer tags a
 shallow copy of the scope, so any layer below that sees the tag (an alias, a second copy of this
-middleware) is a pure pass-through. See docs/architecture.md for the invariants this upholds.
+middleware) is a pure pass-through. When the stream ends before the body is complete and nothing
+has been sent, the app may have registered an answer for that (:meth:`Lifecycle.on_broken_body`); the
+owner sends it after the app has stopped. See docs/architecture.md for the invariants this upholds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import deque
+from collections.abc import Awaitable, Callable
 
 import anyio
 import anyio.abc
@@ -24,6 +28,9 @@ SCOPE_KEY = "scorekit.lifecycle"
 DEFAULT_MAX_BUFFER_BYTES = 1 << 20
 
 logger = logging.getLogger("scorekit.lifecycle")
+
+# Sends a whole response through the given ``send``.
+Answer = Callable[[Send], Awaitable[None]]
 
 
 def lifecycle_of(scope: Scope) -> Lifecycle | None:
@@ -54,6 +61,7 @@ class Lifecycle:
         self._pump_started = False
         self._app_asked = False
         self._expect_trailers = False
+        self._broken_body_answer: Answer | None = None
         self.buffered_bytes = 0
         self.app_scope = anyio.CancelScope()
         self.cancel_on_disconnect = cancel_on_disconnect
@@ -71,6 +79,15 @@ class Lifecycle:
         if self.route is None:
             self.route = route
             self._load.enter_route(route)
+
+    def on_broken_body(self, answer: Answer) -> None:
+        """Send ``answer`` if the stream ends before the body is complete and no response has started.
+
+        A server that reports malformed framing or a half-closed upload as a disconnect (granian does)
+        keeps the connection writable, so a 400 reaches the client instead of the server's own 500.
+        Where the client is really gone, servers drop what is sent; an ``OSError`` is ignored.
+        """
+        self._broken_body_answer = answer
 
     async def wait_disconnect(self) -> None:
         """Return once the server said the stream is over (client gone, or response complete)."""
@@ -135,11 +152,19 @@ class Lifecycle:
         self._task_group = None
         if app_error is not None:
             raise app_error
+        await self._answer_broken_body()
 
     def release(self) -> None:
         """Undo this request's route label; the owner calls it once, in its ``finally``."""
         if self.route is not None:
             self._load.exit_route(self.route)
+
+    async def _answer_broken_body(self) -> None:
+        answer = self._broken_body_answer
+        if answer is None or not self.client_gone or self.body_complete or self.response_started:
+            return
+        with contextlib.suppress(OSError):  # send() has already marked the client gone
+            await answer(self.send)
 
     def _start_pump(self) -> None:
         if not self._pump_started and self._task_group is not None:

@@ -1,8 +1,10 @@
 """The route table: canonical paths and their aliases, mapped to plain async endpoint functions.
 
 The router reads the request body (bounded by ``max_body_bytes``), calls the endpoint, and encodes
-what it returns. An alias answers exactly as its canonical route does, plus a ``Deprecation``
-header and one warning per process. Unknown paths and wrong methods get the JSON error shape.
+what it returns. An alias answers exactly as its canonical route does; a deprecated one adds a
+``Deprecation`` header, a ``Link`` to the canonical path, and one warning per process. Unknown paths
+and wrong methods get the JSON error shape. Under a mount (``root_path``) every path the router
+writes back (the ``Link``, a 404 message) carries the prefix. A WebSocket handshake is refused.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ Endpoint = Callable[[Request], Awaitable[msgspec.Struct | Response]]
 
 # nginx's status for "the client closed the connection before the response": only ever a metric label.
 CLIENT_CLOSED_REQUEST = 499
+# How much of a client-sent path an error message repeats.
+ECHO_LIMIT = 200
 
 logger = logging.getLogger("scorekit.routing")
 _encoder = msgspec.json.Encoder()
@@ -47,14 +51,18 @@ class Route:
 
 @dataclass(frozen=True, slots=True)
 class Alias:
+    """Another path for the route at ``to``. ``deprecated=False`` is for a path clients are still told to
+    call (Cohere's SDK calls /v2/rerank): it answers as the canonical route with no ``Deprecation`` header."""
+
     path: str
     to: str
+    deprecated: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class _Target:
     route: Route
-    alias: str | None
+    alias: Alias | None
 
 
 class ClientGone(Exception):
@@ -91,9 +99,13 @@ class Router:
         for entry in entries:
             if isinstance(entry, Alias):
                 canonical = self._paths[entry.to]
-                self._paths[entry.path] = {m: _Target(t.route, entry.path) for m, t in canonical.items()}
+                self._paths[entry.path] = {m: _Target(t.route, entry) for m, t in canonical.items()}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            # Closing before accepting is how ASGI refuses a handshake; the server answers it with 403.
+            await send({"type": "websocket.close", "code": 1008})
+            return
         started = time.perf_counter()
         label = "unmatched"
         status = CLIENT_CLOSED_REQUEST
@@ -101,14 +113,15 @@ class Router:
             try:
                 target = self._match(scope)
                 label = target.route.path
+                if self._gate is not None:
+                    # Before the load label: a refused request (a drain's 503) is never load.
+                    self._gate(target.route)
                 lifecycle = lifecycle_of(scope)
                 if lifecycle is not None and target.route.counts_as_load:
                     lifecycle.set_route(label)
-                if self._gate is not None:
-                    self._gate(target.route)
                 response = await self._call_endpoint(target.route, scope, receive)
-                if target.alias is not None:
-                    response.headers.extend(_deprecation_headers(target))
+                if target.alias is not None and target.alias.deprecated:
+                    response.headers.extend(_deprecation_headers(target.alias, target.route, scope))
             except HTTPError as error:
                 response = error.to_response()
             await _send_response(send, response)
@@ -120,20 +133,24 @@ class Router:
                 self._observer(label, status, time.perf_counter() - started)
 
     def _match(self, scope: Scope) -> _Target:
-        path = _route_path(scope)
-        methods = self._paths.get(path)
+        methods = self._paths.get(_route_path(scope))
         if methods is None:
-            raise HTTPError(404, f"Route {path} not found.")
+            raise HTTPError(404, f"Route {_echo(_public_path(scope))} not found.")
         target = methods.get(scope["method"])
         if target is None:
             allow = ", ".join(sorted(methods)).encode()
-            raise HTTPError(405, f"Method {scope['method']} not allowed.", headers=[(b"allow", allow)])
+            raise HTTPError(405, f"Method {_echo(scope['method'])} not allowed.", headers=[(b"allow", allow)])
         return target
 
     async def _call_endpoint(self, route: Route, scope: Scope, receive: Receive) -> Response:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
-        body = await self._read_body(receive, headers) if route.method == "POST" else b""
-        request = Request(scope["method"], route.path, headers, body, self.state)
+        body = b""
+        if route.method == "POST":
+            lifecycle = lifecycle_of(scope)
+            if lifecycle is not None:
+                lifecycle.on_broken_body(_answer_broken_body)
+            body = await self._read_body(receive, headers)
+        request = Request(scope["method"], route.path, headers, body, self.state, scope.get("root_path", ""))
         try:
             result = await route.endpoint(request)
         except HTTPError:
@@ -173,13 +190,31 @@ def _route_path(scope: Scope) -> str:
     return path
 
 
-def _deprecation_headers(target: _Target) -> list[tuple[bytes, bytes]]:
-    alias = target.alias or ""
-    if alias not in _warned_aliases:
-        _warned_aliases.add(alias)
-        logger.warning("%s is a deprecated alias of %s; call that instead", alias, target.route.path)
-    link = f'<{target.route.path}>; rel="successor-version"'.encode()
+def _public_path(scope: Scope) -> str:
+    """The path as the client sent it, mount prefix included (servers differ on whether ``path`` has it)."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    return path if path.startswith(root) else root + path
+
+
+def _echo(text: str) -> str:
+    """At most ECHO_LIMIT characters of client input in an error message: a 100 KiB path is not echoed whole."""
+    return text if len(text) <= ECHO_LIMIT else text[:ECHO_LIMIT] + "…"
+
+
+def _deprecation_headers(alias: Alias, route: Route, scope: Scope) -> list[tuple[bytes, bytes]]:
+    if alias.path not in _warned_aliases:
+        _warned_aliases.add(alias.path)
+        logger.warning("%s is a deprecated alias of %s; call that instead", alias.path, route.path)
+    successor = scope.get("root_path", "") + route.path
+    link = f'<{successor}>; rel="successor-version"'.encode("latin-1", "replace")
     return [(b"deprecation", b"true"), (b"link", link)]
+
+
+async def _answer_broken_body(send: Send) -> None:
+    """What a request gets whose stream ended mid-body (malformed chunked framing, a half-closed upload)."""
+    error = HTTPError(400, "The request body ended before it was complete.", param="body")
+    await _send_response(send, error.to_response())
 
 
 def _too_large(limit: int) -> HTTPError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,7 +26,9 @@ def build_openapi(table: Iterable[Route | Alias], *, title: str, version: str) -
         route = routes[entry.to] if isinstance(entry, Alias) else entry
         operation = _operation(route, entry.path)
         if isinstance(entry, Alias):
-            operation = {**operation, "deprecated": True, "summary": f"Alias of {route.path}."}
+            operation = {**operation, "summary": f"Alias of {route.path}."}
+            if entry.deprecated:
+                operation["deprecated"] = True
         paths.setdefault(entry.path, {})[route.method.lower()] = operation
     document = {
         "openapi": "3.1.0",
@@ -34,6 +37,16 @@ def build_openapi(table: Iterable[Route | Alias], *, title: str, version: str) -
         "components": {"schemas": components},
     }
     return msgspec.json.encode(document)
+
+
+@functools.lru_cache(maxsize=16)
+def mounted(document: bytes, root_path: str) -> bytes:
+    """``document`` as seen under a mount: a ``servers`` entry with the prefix, so clients generated
+    from it call ``/scoring/rerank`` and not ``/rerank``. Built once per prefix (a process has one or two)."""
+    if not root_path:
+        return document
+    decoded = msgspec.json.decode(document)
+    return msgspec.json.encode({**decoded, "servers": [{"url": root_path}]})
 
 
 def _operation(route: Route, path: str) -> dict[str, Any]:

@@ -23,7 +23,7 @@ ROUTES: tuple[Route | Alias, ...] = (
     Alias("/v1/score", to="/score"),
     Route("POST", "/rerank", rerank, RerankRequest, RerankResponse, "Rank documents against a query."),
     Alias("/v1/rerank", to="/rerank"),
-    Alias("/v2/rerank", to="/rerank"),
+    Alias("/v2/rerank", to="/rerank", deprecated=False),  # what Cohere's current SDK (ClientV2.rerank) calls
     Route(
         "POST",
         "/generative_scoring",

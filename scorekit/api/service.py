@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from scorekit.api.openapi import mounted
 from scorekit.api.state import ServerState, shutting_down
 from scorekit.http import HTTPError, Request, Response
 from scorekit.metrics import CONTENT_TYPE
@@ -45,4 +46,4 @@ async def metrics(request: Request) -> Response:
 
 async def openapi(request: Request) -> Response:
     state: ServerState = request.state
-    return Response(state.openapi)
+    return Response(mounted(state.openapi, request.root_path))

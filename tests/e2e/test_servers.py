@@ -50,9 +50,7 @@ def test_rerank_matches_sentence_transformers(served_minilm: Live, expected: lis
     assert [r["document"] for r in body["results"]] == [{"text": DOCS[i]} for i in order]
 
 
-@pytest.mark.parametrize(
-    ("alias", "canonical"), [("/v1/score", "/score"), ("/v1/rerank", "/rerank"), ("/v2/rerank", "/rerank")]
-)
+@pytest.mark.parametrize(("alias", "canonical"), [("/v1/score", "/score"), ("/v1/rerank", "/rerank")])
 def test_aliases_answer_as_the_canonical_route_with_a_deprecation_header(
     served_minilm: Live, alias: str, canonical: str
 ) -> None:
