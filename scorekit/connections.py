@@ -19,9 +19,10 @@ from typing import Any
 
 logger = logging.getLogger("scorekit.connections")
 
-# Descriptors kept back from connections: the model's files, the log, the event loop, and a burst of
-# accepts that land before the cap can close anything (asyncio accepts a whole backlog in one go).
-MIN_RESERVED_FDS = 64
+# Descriptors kept back from connections for the model's files, the log and the event loop.
+RESERVED_FDS = 64
+# uvicorn's listen backlog, which the open-file limit may lower (see connection_limits).
+MAX_BACKLOG = 2048
 # One log line per this many seconds for conditions that can recur thousands of times a second.
 LOG_EVERY_S = 60.0
 
@@ -40,14 +41,23 @@ def raise_open_file_limit() -> int:
     return soft
 
 
-def connection_cap(fd_limit: int, requested: int = 0) -> int:
-    """Most open connections ``fd_limit`` descriptors allow, or ``requested`` (0: derive it) if lower."""
-    most = max(1, fd_limit - max(MIN_RESERVED_FDS, fd_limit // 4))
+def connection_limits(fd_limit: int, requested: int = 0) -> tuple[int, int]:
+    """The most open connections and the listen backlog that ``fd_limit`` descriptors allow; ``requested``
+    (0: derive it) lowers the first.
+
+    asyncio accepts up to a whole backlog of connections each time the listener is readable, and the cap
+    can only close one after its protocol starts, an event-loop iteration or two later. So up to about
+    three backlogs' worth of sockets can be open beyond the cap: they come out of the limit too. Running out
+    anyway is worse than the refused work: asyncio's accept loop then logs a traceback and schedules a
+    retry for every remaining slot of the backlog (CPython's selector_events._accept_connection).
+    """
+    backlog = min(MAX_BACKLOG, max(16, fd_limit // 16))
+    most = max(1, fd_limit - RESERVED_FDS - 3 * backlog)
     if requested > most:
         logger.warning(
             "--limit-concurrency %d needs more than the %d open files allowed; using %d", requested, fd_limit, most
         )
-    return min(requested, most) if requested else most
+    return (min(requested, most) if requested else most), backlog
 
 
 class Throttle:

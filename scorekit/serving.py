@@ -15,7 +15,7 @@ import uvicorn
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from scorekit.app import ScorekitApp
-from scorekit.connections import AcceptFailureFilter, connection_cap, guarded, raise_open_file_limit
+from scorekit.connections import AcceptFailureFilter, connection_limits, guarded, raise_open_file_limit
 
 logger = logging.getLogger("scorekit.serving")
 
@@ -81,10 +81,12 @@ def run_server(app: ScorekitApp, *, host: str, port: int, log_level: str) -> int
     """Serve ``app`` until a signal ends the drain; 0 when the server started, else 1."""
     settings = app.settings
     fd_limit = raise_open_file_limit()
-    max_connections = connection_cap(fd_limit, settings.limit_concurrency)
+    max_connections, backlog = connection_limits(fd_limit, settings.limit_concurrency)
     logger.info(
-        "up to %d open connections (open-file limit %d); a request head must arrive within %g s",
+        "up to %d open connections and a listen backlog of %d (open-file limit %d); a request head must"
+        " arrive within %g s",
         max_connections,
+        backlog,
         fd_limit,
         settings.header_timeout,
     )
@@ -95,6 +97,7 @@ def run_server(app: ScorekitApp, *, host: str, port: int, log_level: str) -> int
         port=port,
         log_level=log_level,
         lifespan="on",
+        backlog=backlog,
         http=guarded(AutoHTTPProtocol, header_timeout=settings.header_timeout, max_connections=max_connections),
         timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout),
     )
