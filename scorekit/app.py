@@ -21,6 +21,7 @@ from scorekit.engine import Engine
 from scorekit.inflight import InFlight
 from scorekit.lifecycle import LifecycleMiddleware
 from scorekit.load import LoadCounter
+from scorekit.logs import ensure_visible
 from scorekit.metrics import Metrics
 from scorekit.models import default_model_path, load_backend
 from scorekit.models.base import Backend
@@ -92,6 +93,7 @@ class ScorekitApp:
             await anyio.to_thread.run_sync(engine.stop, self.settings.shutdown_timeout)
 
     def _start_engine(self) -> Engine:
+        ensure_visible()  # before the model loads: its load line is part of the start-up log too
         settings = self.settings
         backend = self._backend or load_backend(
             settings.model or default_model_path(),
@@ -106,7 +108,14 @@ class ScorekitApp:
             on_dropped=self.metrics.observe_dropped,
         )
         engine.start()
-        logger.info("serving %s (%s) as %s", backend.name, backend.kind, self.state.served_model_name)
+        logger.info(
+            "scorekit %s serving %s (%s, inputs up to %d tokens) as %r",
+            __version__,
+            backend.name,
+            backend.kind,
+            backend.max_length,
+            self.state.served_model_name,
+        )
         self.state.engine = engine
         return engine
 

@@ -1,118 +1,266 @@
-"""``scorekit serve``: the app under uvicorn. Each flag also reads ``SCOREKIT_<FLAG>`` from the env."""
+"""``scorekit serve``: flags into :class:`~scorekit.settings.Settings`, the model loaded, the app under uvicorn.
+
+Each flag also reads ``SCOREKIT_<FLAG>`` from the environment (the command line wins), and a variable goes
+through the same checks as its flag. Parsing imports no torch, so ``--help`` and a bad flag answer at once;
+the model libraries load only once the flags are good. Every start-up error is one line on stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
-import logging
+import logging.config
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 # Before torch loads: OpenMP threads that spin at barriers starve the event loop on small or shared
 # CPUs (docs/benchmarks.md measured 2.6x-20x slower forwards). An explicit setting still wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from scorekit.app import create_app
-from scorekit.serving import run_server
+from scorekit import __version__
+from scorekit.choices import DTYPES, device_error, local_model
+from scorekit.logs import process_config, route_transformers
 from scorekit.settings import EngineConfig, Settings
 
 _ENGINE = EngineConfig()
 _SETTINGS = Settings()
+_KINDS = ("cross-encoder", "bi-encoder", "causal-lm")
+_LOG_LEVELS = ("debug", "info", "warning")
+_EXAMPLES = """\
+examples:
+  scorekit serve                                   the embedded all-MiniLM-L6-v2 on 127.0.0.1:8000
+  scorekit serve ./my-reranker --port 9000         a local model folder (its kind is detected)
+  scorekit serve BAAI/bge-reranker-base --device cuda --dtype float16
+  SCOREKIT_MAX_BATCH_TOKENS=8192 scorekit serve ./my-lm --model-kind causal-lm --served-model-name judge
+"""
 
 
-def _flag(
-    parser: argparse.ArgumentParser,
-    name: str,
-    cast: Callable[[str], Any],
-    default: Any,
-    text: str,
-    **extra: Any,
-) -> None:
-    env = "SCOREKIT_" + name.upper().replace("-", "_")
-    value = os.environ.get(env)
-    parser.add_argument(
-        f"--{name}",
-        type=cast,
-        default=cast(value) if value is not None else default,
-        help=f"{text} (env {env}; default: %(default)s)",
-        **extra,
-    )
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad flag answered in one line (argparse would print the whole usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        _usage_error(self.prog, message)
 
 
-def _at_least(low: float, cast: Callable[[str], Any]) -> Callable[[str], Any]:
-    """``cast``, refusing values below ``low`` with one line from argparse."""
+def _usage_error(prog: str, message: str) -> NoReturn:
+    sys.stderr.write(f"{prog}: error: {message} (see `{prog} --help`)\n")
+    sys.exit(2)
 
-    def parse(text: str) -> Any:
-        value = cast(text)
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low:g}, not {text}")
+
+def _whole(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An integer from ``low`` to ``high`` (no upper bound when None)."""
+    bounds = f"at least {low}" if high is None else f"from {low} to {high}"
+
+    def whole(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number {bounds}, not {text!r}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {bounds}, not {value}")
         return value
 
-    parse.__name__ = cast.__name__  # argparse names the type in its "invalid int value" message
-    return parse
+    return whole
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="scorekit", description="A scoring server for rerankers and scorers.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="Serve a model over HTTP (default: the embedded all-MiniLM-L6-v2).")
-    _flag(serve, "model", str, None, "A local model folder or a hub name")
-    _flag(serve, "served-model-name", str, None, "The name clients use in `model` fields")
-    _flag(
-        serve,
-        "model-kind",
-        str,
+def _seconds(*, zero: bool) -> Callable[[str], float]:
+    """A finite number of seconds, above zero (or zero too, when ``zero``)."""
+    bounds = "0 or more" if zero else "above 0"
+
+    def seconds(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+            raise argparse.ArgumentTypeError(f"expected a number of seconds {bounds}, not {text!r}")
+        return value
+
+    return seconds
+
+
+def _text(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def _device(text: str) -> str:
+    if (error := device_error(text)) is not None:
+        raise argparse.ArgumentTypeError(error)
+    return text
+
+
+def _switch(text: str) -> bool:
+    """An environment variable's on/off value (a flag on the command line needs none)."""
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected 1/true/yes/on or 0/false/no/off, not {text!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Flag:
+    """A ``--name`` flag and its ``SCOREKIT_NAME`` variable; the default applies when neither is given."""
+
+    name: str
+    cast: Callable[[str], Any]
+    default: Any
+    text: str
+    shown: str | None = None  # how --help words the default, when its value says nothing (None)
+    choices: Sequence[str] | None = None
+    metavar: str | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.name.replace("-", "_")
+
+    @property
+    def env(self) -> str:
+        return "SCOREKIT_" + self.dest.upper()
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        # The default stays None here: a flag left off the command line then reads its variable (see _fill).
+        default = self.shown or (f"{self.default:g}" if isinstance(self.default, float) else self.default)
+        help = f"{self.text} (env {self.env}; default: {default})"
+        if self.cast is _switch:
+            parser.add_argument(f"--{self.name}", action="store_const", const=True, default=None, help=help)
+        else:
+            parser.add_argument(
+                f"--{self.name}", type=self.cast, choices=self.choices, metavar=self.metavar, default=None, help=help
+            )
+
+    def from_env(self) -> Any:
+        """The variable's value through the flag's own checks, or the default when it is unset or empty."""
+        raw = os.environ.get(self.env, "")
+        if not raw:
+            return self.default
+        try:
+            value = self.cast(raw)
+        except argparse.ArgumentTypeError as exc:
+            raise _FlagError(f"environment variable {self.env}: {exc}") from None
+        if self.choices is not None and value not in self.choices:
+            choices = ", ".join(map(repr, self.choices))
+            raise _FlagError(f"environment variable {self.env}: invalid choice: {raw!r} (choose from {choices})")
+        return value
+
+
+class _FlagError(Exception):
+    """A check argparse cannot make failed: an environment variable's value, or MODEL against --model."""
+
+
+_FLAGS = (
+    _Flag(
+        "model",
+        _text,
         None,
-        "Override detection",
-        choices=["cross-encoder", "bi-encoder", "causal-lm"],
-    )
-    _flag(serve, "host", str, "127.0.0.1", "Interface to bind")
-    _flag(serve, "port", int, 8000, "Port to bind")
-    _flag(serve, "device", str, _SETTINGS.device, "torch device: cpu, cuda, cuda:1")
-    _flag(serve, "dtype", str, _SETTINGS.dtype, "auto, float32, float16 or bfloat16")
-    _flag(serve, "max-batch-tokens", int, _ENGINE.max_batch_tokens, "Padded tokens per model batch")
-    _flag(serve, "max-batch-size", int, _ENGINE.max_batch_size, "Items per model batch")
-    _flag(serve, "max-queued-items", int, _ENGINE.max_queued_items, "Queued items before new requests get 503")
-    _flag(
-        serve,
+        "A local model folder or a hub name (or give it as MODEL)",
+        "the embedded MiniLM",
+        metavar="MODEL",
+    ),
+    _Flag(
+        "served-model-name", _text, None, "The name clients use in `model` fields", "the model as given", metavar="NAME"
+    ),
+    _Flag("model-kind", str, None, "Override detection", "detected from config.json", _KINDS),
+    _Flag("host", _text, "127.0.0.1", "Interface to bind", metavar="HOST"),
+    _Flag("port", _whole(1, 65535), 8000, "Port to bind", metavar="PORT"),
+    _Flag("device", _device, _SETTINGS.device, "torch device: cpu, cuda or cuda:N", metavar="DEVICE"),
+    _Flag("dtype", str, _SETTINGS.dtype, "auto is float32 on cpu, float16 on cuda", choices=DTYPES),
+    _Flag("max-batch-tokens", _whole(1), _ENGINE.max_batch_tokens, "Padded tokens per model batch", metavar="N"),
+    _Flag("max-batch-size", _whole(1), _ENGINE.max_batch_size, "Items per model batch", metavar="N"),
+    _Flag(
+        "max-queued-items", _whole(1), _ENGINE.max_queued_items, "Queued items before new requests get 503", metavar="N"
+    ),
+    _Flag(
         "max-concurrent-requests",
-        int,
+        _whole(1),
         _ENGINE.max_concurrent_requests,
         "Requests in flight before 503",
-    )
-    _flag(serve, "max-body-bytes", int, _SETTINGS.max_body_bytes, "Largest request body (413 above)")
-    _flag(
-        serve,
+        metavar="N",
+    ),
+    _Flag("max-body-bytes", _whole(1), _SETTINGS.max_body_bytes, "Largest request body (413 above)", metavar="BYTES"),
+    _Flag(
         "max-items-per-request",
-        int,
+        _whole(1),
         _SETTINGS.max_items_per_request,
         "Most documents/items per request",
-    )
-    _flag(
-        serve,
+        metavar="N",
+    ),
+    _Flag(
         "shutdown-timeout",
-        float,
+        _seconds(zero=True),
         _SETTINGS.shutdown_timeout,
-        "Seconds in-flight requests get on SIGTERM",
-    )
-    _flag(
-        serve,
+        "Seconds in-flight requests get on SIGTERM before they are answered 503",
+        metavar="SECONDS",
+    ),
+    _Flag(
         "limit-concurrency",
-        _at_least(0, int),
+        _whole(0),
         _SETTINGS.limit_concurrency,
         "Most open connections; past it the oldest one yet to send a request head is closed. 0: the"
         " open-file limit less a reserve",
-    )
-    _flag(
-        serve,
+        metavar="N",
+    ),
+    _Flag(
         "header-timeout",
-        _at_least(0.001, float),
+        _seconds(zero=False),
         _SETTINGS.header_timeout,
         "Seconds a connection gets to send its request head before it is closed",
+        metavar="SECONDS",
+    ),
+    _Flag("log-level", str, "info", "debug logs one line per batch", choices=_LOG_LEVELS),
+    _Flag("debug", _switch, False, "Show the traceback of a start-up error, not just its message", "off"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="scorekit", description="A scoring server for rerankers and scorers.")
+    parser.add_argument("--version", action="version", version=f"scorekit {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    serve = commands.add_parser(
+        "serve",
+        help="Serve a model over HTTP (default: the embedded all-MiniLM-L6-v2).",
+        description="Serve a model over HTTP. Each flag also reads SCOREKIT_<FLAG>; the command line wins.",
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _flag(serve, "log-level", str, "info", "debug logs one line per batch", choices=["debug", "info", "warning"])
+    serve.add_argument("positional_model", nargs="?", metavar="MODEL", type=_text, help="The same as --model")
+    for flag in _FLAGS:
+        flag.add_to(serve)
     return parser
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The flags, filled from the environment and checked; a bad one exits 2 with one line on stderr.
+
+    Bare ``scorekit`` prints the help and exits 0."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        parser.exit(0)
+    try:
+        _fill(args)
+    except _FlagError as exc:
+        _usage_error("scorekit serve", str(exc))
+    return args
+
+
+def _fill(args: argparse.Namespace) -> None:
+    """MODEL is --model; flags left off the command line take their variable, else their default."""
+    given = args.positional_model
+    if given is not None:
+        if args.model is not None and args.model != given:
+            raise _FlagError(f"the model is given twice, and differently: MODEL {given!r} and --model {args.model!r}")
+        args.model = given
+    for flag in _FLAGS:
+        if getattr(args, flag.dest) is None:
+            setattr(args, flag.dest, flag.from_env())
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -137,14 +285,46 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def serve(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(settings_from(args))
-    return run_server(app, host=args.host, port=args.port, log_level=args.log_level)
+    """Load the model, then serve it until a signal ends the drain. A start-up error is one line and exit 1."""
+    if args.model is not None:
+        try:
+            local_model(args.model)  # a missing folder: said at once, before torch loads
+        except ValueError as exc:
+            _fail(exc, args.debug)
+    config = process_config(args.log_level)
+    logging.config.dictConfig(config)
+    # The heavy imports (torch, transformers, uvicorn) come only now that the flags are good.
+    from scorekit.app import create_app
+    from scorekit.models import default_model_path, load_backend
+    from scorekit.serving import run_server
+
+    route_transformers(args.log_level)
+    settings = settings_from(args)
+    try:
+        backend = load_backend(
+            settings.model or default_model_path(), kind=settings.kind, device=settings.device, dtype=settings.dtype
+        )
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        _fail(exc, args.debug)
+    app = create_app(settings, backend=backend)
+    return run_server(app, host=args.host, port=args.port, log_level=args.log_level, log_config=config)
+
+
+def _fail(exc: Exception, debug: bool) -> NoReturn:
+    """One line on stderr: scorekit's own errors are their message, anything else its type and first line.
+    With ``--debug``, the traceback as well."""
+    if debug:
+        raise exc
+    lines = str(exc).strip().splitlines() or [""]
+    message = lines[0] if isinstance(exc, ValueError) else f"{type(exc).__name__}: {lines[0]}".rstrip(": ")
+    print(f"scorekit: error: {message.rstrip('.')} (--debug shows the traceback)", file=sys.stderr)
+    sys.exit(1)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return serve(args)
+    return serve(parse(argv))
 
 
 if __name__ == "__main__":

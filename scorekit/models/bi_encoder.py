@@ -52,7 +52,7 @@ class BiEncoderBackend:
         source = Source(name, transformer_path)
         self.pooling = _read_pooling(name, pooling_path)
         self._tokenizer = load_tokenizer(source)
-        model = load_model(AutoModel, source, device, dtype)
+        model = load_model(AutoModel, source, device, dtype, self.kind)
         self._model = model
         self._device = device
         self._pad_id = pad_token_id(self._tokenizer)

@@ -20,7 +20,7 @@ class CausalLMBackend:
     def __init__(self, name: str, *, device: torch.device, dtype: torch.dtype) -> None:
         source = Source(name)
         self._tokenizer = load_tokenizer(source)
-        model = load_model(AutoModelForCausalLM, source, device, dtype)
+        model = load_model(AutoModelForCausalLM, source, device, dtype, self.kind)
         # forward asks the model for the logits at one position per row, not the whole sequence.
         if "logits_to_keep" not in inspect.signature(model.forward).parameters:
             raise ValueError(f"Model {name!r} does not support logits_to_keep, which generative scoring needs.")

@@ -33,7 +33,7 @@ class CrossEncoderBackend:
     def __init__(self, name: str, *, device: torch.device, dtype: torch.dtype) -> None:
         source = Source(name)
         self._tokenizer = load_tokenizer(source)
-        model = load_model(AutoModelForSequenceClassification, source, device, dtype)
+        model = load_model(AutoModelForSequenceClassification, source, device, dtype, self.kind)
         if model.config.num_labels != 1:
             raise ValueError(
                 f"Model {name!r} has {model.config.num_labels} labels; a cross-encoder needs exactly one "

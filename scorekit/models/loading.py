@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -13,9 +12,12 @@ from typing import Any, cast
 import torch
 from tokenizers import Encoding
 from transformers import AutoTokenizer, PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 from transformers.utils.hub import cached_file
 
-from .base import Checkpoint, Encoded, InputTooLong, Limits, TruncationSide, TruncationTooLarge
+from scorekit.choices import DTYPES, device_error
+
+from .base import Checkpoint, Encoded, InputTooLong, Limits, ModelKind, TruncationSide, TruncationTooLarge
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # Tokenizers without a limit report a sentinel near 1e30 as model_max_length.
@@ -72,8 +74,8 @@ def loading(name: str) -> Iterator[None]:
 
 def parse_device(device: str) -> torch.device:
     """Check the device at load time, so a bad one is a clear error instead of a failed first batch."""
-    if re.fullmatch(r"cpu|cuda(:\d+)?", device) is None:
-        raise ValueError(f"Unsupported device {device!r}: use 'cpu', 'cuda' or 'cuda:N'.")
+    if (error := device_error(device)) is not None:
+        raise ValueError(error[0].upper() + error[1:] + ".")
     parsed = torch.device(device)
     if parsed.type == "cuda":
         if not torch.cuda.is_available():
@@ -88,7 +90,7 @@ def parse_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype == "auto":
         return torch.float16 if device.type == "cuda" else torch.float32
     if dtype not in _DTYPES:
-        raise ValueError(f"Unsupported dtype {dtype!r}: use 'auto', 'float32', 'float16' or 'bfloat16'.")
+        raise ValueError(f"Unsupported dtype {dtype!r}: use {', '.join(map(repr, DTYPES))}.")
     return _DTYPES[dtype]
 
 
@@ -108,14 +110,64 @@ def load_tokenizer(source: Source) -> PreTrainedTokenizerBase:
     return cast(PreTrainedTokenizerBase, tokenizer)
 
 
-def load_model(auto_class: Any, source: Source, device: torch.device, dtype: torch.dtype) -> PreTrainedModel:
-    """Load the weights in ``dtype``, move them to ``device``, and switch to eval mode."""
-    with loading(source.name):
-        model: PreTrainedModel = auto_class.from_pretrained(source.name, dtype=dtype, **source.kwargs())
+def kind_of(architectures: Sequence[str]) -> ModelKind:
+    """The kind a config's ``architectures`` name; a plain encoder (or none named) is a bi-encoder."""
+    if any(name.endswith("ForSequenceClassification") for name in architectures):
+        return "cross-encoder"
+    if any(name.endswith(("ForCausalLM", "LMHeadModel")) for name in architectures):
+        return "causal-lm"
+    return "bi-encoder"
+
+
+def load_model(
+    auto_class: Any, source: Source, device: torch.device, dtype: torch.dtype, kind: ModelKind
+) -> PreTrainedModel:
+    """Load the weights in ``dtype``, move them to ``device``, and switch to eval mode.
+
+    Refuses a model that transformers had to complete with random weights (a cross-encoder folder loaded as a
+    causal LM gets a random LM head): it would serve scores that mean nothing, with no error anywhere.
+    """
+    with loading(source.name), _no_progress_bars():
+        loaded = auto_class.from_pretrained(source.name, dtype=dtype, output_loading_info=True, **source.kwargs())
+    model: PreTrainedModel = loaded[0]
+    info: dict[str, Any] = loaded[1]
+    _check_trained(model, info["missing_keys"], source.name, kind)
     # transformers' stubs lose the binding of its decorated ``to`` and leave ``eval`` untyped.
     model.to(device)  # type: ignore[arg-type]
     model.eval()  # type: ignore[no-untyped-call]
     return model
+
+
+def _check_trained(model: PreTrainedModel, missing: Iterable[str], name: str, kind: ModelKind) -> None:
+    """Refuse ``missing`` weights, except a pooler's for a bi-encoder (its pooling is sentence-transformers')."""
+    random = sorted(key for key in missing if not (kind == "bi-encoder" and ".pooler." in f".{key}"))
+    if not random:
+        return
+    architectures = list(getattr(model.config, "architectures", None) or [])
+    detected = kind_of(architectures)
+    named = ", ".join(architectures) or "no architecture"
+    why = (
+        f"its config.json names {named}, which is a {detected}: leave the model kind out to detect it"
+        if detected != kind
+        else f"the checkpoint lacks them, though its config.json names {named}"
+    )
+    shown = ", ".join(random[:3]) + (", ..." if len(random) > 3 else "")
+    raise ValueError(
+        f"Model {name!r} cannot be served as a {kind}: {len(random)} of the weights a {kind} needs would be random"
+        f" ({shown}); {why}."
+    )
+
+
+@contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """transformers draws a "Loading weights" bar on stderr, which a server's log records as noise."""
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    try:
+        yield
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 def read_max_length(source: Source, tokenizer: PreTrainedTokenizerBase, config: PretrainedConfig) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from sentence_transformers import CrossEncoder, SentenceTransformer
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, BertConfig, BertForSequenceClassification
 
 from scorekit.models import (
     Backend,
@@ -114,10 +114,13 @@ def test_cross_encoder_keeps_a_saved_identity_activation(cross_encoder_dir: Path
     assert abs(logit - expected) < 1e-5
 
 
-def test_cross_encoder_needs_one_label() -> None:
-    # MiniLM has no classifier, so transformers gives it a fresh two-label head.
+def test_cross_encoder_needs_one_label(tmp_path: Path) -> None:
+    # A complete two-label classifier (NLI-style): every weight is trained, but there is no single relevance logit.
+    config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, num_labels=2)
+    BertForSequenceClassification(config).save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(default_model_path()).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="has 2 labels; a cross-encoder needs exactly one"):
-        load_backend(default_model_path(), kind="cross-encoder")
+        load_backend(str(tmp_path), kind="cross-encoder")
 
 
 @pytest.mark.parametrize("item_first", [False, True])

@@ -1,0 +1,130 @@
+"""Flags and their SCOREKIT_* variables are checked while parsing: a bad one is one line and exit 2."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from scorekit.cli import parse, settings_from
+from scorekit.settings import EngineConfig, Settings
+
+
+@pytest.fixture(autouse=True)
+def no_scorekit_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith("SCOREKIT_"):
+            monkeypatch.delenv(key)
+
+
+def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """``argv`` exits 2 with one line on stderr; that line."""
+    with pytest.raises(SystemExit) as exited:
+        parse(argv)
+    assert exited.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("scorekit serve: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--max-batch-size", "0"),
+        ("--max-batch-size", "-3"),
+        ("--max-batch-tokens", "0"),
+        ("--max-queued-items", "0"),
+        ("--max-concurrent-requests", "0"),
+        ("--max-body-bytes", "0"),
+        ("--max-items-per-request", "-1"),
+        ("--port", "0"),
+        ("--port", "99999"),
+        ("--port", "abc"),
+        ("--shutdown-timeout", "-1"),
+        ("--shutdown-timeout", "nan"),
+        ("--shutdown-timeout", "inf"),
+        ("--header-timeout", "0"),
+        ("--limit-concurrency", "-1"),
+        ("--max-batch-size", "1.5"),
+    ],
+)
+def test_numeric_flags_are_checked_while_parsing(flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    line = refused(["serve", flag, value], capsys)
+    assert f"argument {flag}:" in line and value in line
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        ("SCOREKIT_PORT", "abc", "whole number"),
+        ("SCOREKIT_PORT", "70000", "from 1 to 65535"),
+        ("SCOREKIT_MAX_BATCH_SIZE", "0", "at least 1"),
+        ("SCOREKIT_MODEL_KIND", "reranker", "invalid choice: 'reranker'"),
+        ("SCOREKIT_DTYPE", "int8", "invalid choice: 'int8'"),
+        ("SCOREKIT_DEVICE", "tpu", "unsupported device 'tpu'"),
+        ("SCOREKIT_SHUTDOWN_TIMEOUT", "soon", "number of seconds"),
+        ("SCOREKIT_DEBUG", "maybe", "1/true/yes/on"),
+    ],
+)
+def test_variables_go_through_the_same_checks_and_are_named(
+    variable: str, value: str, said: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(variable, value)
+    line = refused(["serve"], capsys)
+    assert f"environment variable {variable}:" in line and said in line
+
+
+def test_a_bad_variable_does_not_break_help(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SCOREKIT_PORT", "abc")
+    with pytest.raises(SystemExit) as exited:
+        parse(["serve", "--help"])
+    assert exited.value.code == 0
+    assert "--port PORT" in capsys.readouterr().out
+
+
+def test_variables_fill_what_the_command_line_leaves_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SCOREKIT_PORT", "9001")
+    monkeypatch.setenv("SCOREKIT_MAX_BATCH_SIZE", "7")
+    monkeypatch.setenv("SCOREKIT_DEBUG", "yes")
+    monkeypatch.setenv("SCOREKIT_DTYPE", "")  # set but empty: as if unset
+    args = parse(["serve", "--max-batch-size", "3"])
+    assert (args.port, args.max_batch_size, args.debug, args.dtype) == (9001, 3, True, "auto")
+
+
+def test_defaults_are_the_settings_defaults() -> None:
+    assert settings_from(parse(["serve"])) == Settings(engine=EngineConfig())
+
+
+def test_device_and_dtype_are_checked_while_parsing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "invalid choice: 'int8'" in refused(["serve", "--dtype", "int8"], capsys)
+    assert "unsupported device 'tpu'" in refused(["serve", "--device", "tpu"], capsys)
+    assert "unsupported device 'cuda:x'" in refused(["serve", "--device", "cuda:x"], capsys)
+    # Whether CUDA is there is the loader's question (a one-line start-up error); the name is good.
+    assert parse(["serve", "--device", "cuda:1", "--dtype", "bfloat16"]).device == "cuda:1"
+
+
+def test_the_model_may_be_positional(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse(["serve", "./my-reranker", "--port", "9000"]).model == "./my-reranker"
+    assert parse(["serve", "--port", "9000", "org/name"]).model == "org/name"
+    assert parse(["serve", "org/name", "--model", "org/name"]).model == "org/name"
+    monkeypatch.setenv("SCOREKIT_MODEL", "org/other")
+    assert parse(["serve", "org/name"]).model == "org/name"  # the command line wins over the variable
+    line = refused(["serve", "org/name", "--model", "org/other"], capsys)
+    assert "given twice" in line and "'org/name'" in line and "'org/other'" in line
+    assert "must not be empty" in refused(["serve", "--model", ""], capsys)
+
+
+def test_help_lists_choices_examples_and_real_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parse(["serve", "--help"])
+    assert exited.value.code == 0
+    text = capsys.readouterr().out
+    assert "default: None" not in text
+    assert "{auto,float32,float16,bfloat16}" in text
+    assert "{cross-encoder,bi-encoder,causal-lm}" in text
+    assert "cpu, cuda or cuda:N" in text
+    assert "examples:" in text and text.count("scorekit serve ") >= 4
+    assert "SCOREKIT_MAX_BATCH_SIZE" in text and "[MODEL]" in text
