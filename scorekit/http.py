@@ -65,13 +65,22 @@ def bad_request(message: str, param: str | None = None) -> HTTPError:
     return HTTPError(400, message, param=param)
 
 
+# The error ``type`` vLLM's OpenAI-compatible server uses for each status, so a client that switches on
+# vLLM's names works unchanged. vLLM names 405 and 413 nothing of its own (FastAPI answers those), so they
+# follow the same <Phrase>Error pattern; 503 is the spelling of vLLM's retryable errors (its admission
+# limit says "Service Unavailable", which breaks the pattern clients match on).
+VLLM_ERROR_TYPES = {
+    400: "BadRequestError",
+    404: "NotFoundError",
+    405: "MethodNotAllowedError",
+    413: "PayloadTooLargeError",
+    500: "InternalServerError",
+    501: "NotImplementedError",
+    503: "ServiceUnavailableError",
+}
+
+
 def _default_type(status: int) -> str:
-    return {
-        400: "BadRequestError",
-        404: "NotFoundError",
-        405: "MethodNotAllowed",
-        413: "PayloadTooLarge",
-        500: "InternalServerError",
-        501: "NotImplementedError",
-        503: "Service Unavailable",
-    }.get(status, "Error")
+    """vLLM's name for the status; an unlisted one is named by its class, as vLLM maps other client and
+    server errors to 400 and 500."""
+    return VLLM_ERROR_TYPES.get(status, VLLM_ERROR_TYPES[400 if status < 500 else 500])

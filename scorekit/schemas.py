@@ -137,11 +137,32 @@ class GenerativeScoringResponse(Struct):
     object: str = "list"
 
 
+class ModelPermission(Struct):
+    """vLLM's permission entry, with its values: OpenAI clients of old read it from every model card."""
+
+    id: str
+    created: int
+    object: str = "model_permission"
+    allow_create_engine: bool = False
+    allow_sampling: bool = True
+    allow_logprobs: bool = True
+    allow_search_indices: bool = False
+    allow_view: bool = True
+    allow_fine_tuning: bool = False
+    organization: str = "*"
+    group: str | None = None
+    is_blocking: bool = False
+
+
 class ModelCard(Struct):
+    """``root`` is the folder the weights were loaded from (or the hub name given); no parent, as in vLLM."""
+
     id: str
     created: int
     root: str
     max_model_len: int
+    permission: list[ModelPermission]
+    parent: str | None = None
     object: str = "model"
     owned_by: str = "scorekit"
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import uuid
+from pathlib import Path
+
 from scorekit.api.openapi import mounted
 from scorekit.api.state import ServerState, shutting_down
 from scorekit.http import HTTPError, Request, Response
 from scorekit.metrics import CONTENT_TYPE
-from scorekit.schemas import LoadResponse, ModelCard, ModelList
-from scorekit.settings import DEFAULT_MODEL_NAME
+from scorekit.models import default_model_path
+from scorekit.schemas import LoadResponse, ModelCard, ModelList, ModelPermission
 
 
 async def health(request: Request) -> Response:
@@ -28,15 +31,24 @@ async def load(request: Request) -> LoadResponse:
 
 
 async def models(request: Request) -> ModelList:
+    """vLLM's model list, with ``root`` naming where the weights came from (see ``_weights_root``)."""
     state: ServerState = request.state
     engine = state.engine
     card = ModelCard(
         id=state.served_model_name,
         created=state.started_at,
-        root=state.settings.model or DEFAULT_MODEL_NAME,
+        root=_weights_root(state.settings.model or default_model_path()),
         max_model_len=engine.backend.max_length if engine else 0,
+        permission=[ModelPermission(id=f"modelperm-{uuid.uuid4().hex}", created=state.started_at)],
     )
     return ModelList(data=[card])
+
+
+def _weights_root(model: str) -> str:
+    """The folder the engine loaded (the embedded model's, not the hub name it was copied from), made
+    absolute since a client cannot know the server's working directory; a hub name stays as given."""
+    folder = Path(model)
+    return str(folder.resolve()) if folder.is_dir() else model
 
 
 async def metrics(request: Request) -> Response:
