@@ -88,13 +88,14 @@ class ModelWorker:
             for job in jobs.values():
                 job.fail(ModelFailure(f"The model failed on this request's batch ({type(exc).__name__})."))
             return
-        for item, output in zip(batch, outputs, strict=True):
-            if item.job.cancelled:
-                self.stats.items_of_cancelled_jobs += 1
-            item.job.deliver(item.index, output)
+        # Counted before delivery: once a request has its answer, the items it ran are in the stats.
         self.stats.batches += 1
         self.stats.items += len(batch)
         self.stats.recent_batch_sizes.append(len(batch))
         self.stats.recent_batch_jobs.append(len(jobs))
+        for item, output in zip(batch, outputs, strict=True):
+            if item.job.cancelled:
+                self.stats.items_of_cancelled_jobs += 1
+            item.job.deliver(item.index, output)
         if self._on_batch is not None:
             self._on_batch(len(batch), tokens)

@@ -37,6 +37,8 @@ pytestmark = pytest.mark.e2e
 HOST = "127.0.0.1"
 START_TIMEOUT = 10.0
 IO_TIMEOUT = 5.0
+# Noticing a closed socket takes milliseconds; the bound is wide so a loaded machine cannot fail it.
+NOTICE_TIMEOUT = 10.0
 
 
 @dataclass
@@ -209,9 +211,9 @@ def test_client_close_cancels_handler(live: tuple[int, Handlers]) -> None:
     finally:
         closed_at = time.monotonic()
         sock.close()
-    assert handlers.cancelled.wait(1.0), "the handler was not cancelled within 1 s of the client leaving"
-    assert handlers.cancelled_at is not None and handlers.cancelled_at - closed_at < 1.0
-    deadline = time.monotonic() + 1.0  # the -1 runs in the middleware's finally, just after the cancel
+    assert handlers.cancelled.wait(NOTICE_TIMEOUT), "the handler was not cancelled after the client left"
+    assert handlers.cancelled_at is not None and handlers.cancelled_at - closed_at < NOTICE_TIMEOUT
+    deadline = time.monotonic() + NOTICE_TIMEOUT  # the -1 runs in the middleware's finally, just after the cancel
     while True:
         status, body = get_json(port, "GET", "/load")
         if body == {"server_load": 0} or time.monotonic() > deadline:

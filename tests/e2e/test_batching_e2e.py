@@ -12,6 +12,10 @@ from scorekit.app import ScorekitApp
 from tests.e2e.texts import many_docs
 from tests.live import Live
 
+# Batches that may still run between a client's close and the server noticing it: a few on an idle machine,
+# more on a loaded one. Well under the 2000 documents' 125 batches, so "it stopped early" still holds.
+NOTICE_BATCHES = 10
+
 
 def test_concurrent_requests_share_batches(small_batches: tuple[ScorekitApp, Live]) -> None:
     app, live = small_batches
@@ -83,9 +87,10 @@ def test_a_disconnect_stops_a_2000_document_rerank(small_batches: tuple[Scorekit
     time.sleep(0.3)  # let any batch still in flight land
     # Once the job is cancelled, only the batch already on the model may still run for it.
     assert stats.items_of_cancelled_jobs - start_late <= batch_size
-    # From the socket close, the server also needs a moment to notice: allow one more batch for that.
+    # From the socket close the server needs a moment to notice, and batches keep running meanwhile: how
+    # many depends on the machine's load, so this bound is wide (the exact claim is the one just above).
     ran_after = stats.items - items_at_close
-    assert ran_after <= 2 * batch_size, f"{ran_after} items ran after the close (batch size {batch_size})"
+    assert ran_after <= NOTICE_BATCHES * batch_size, f"{ran_after} items ran after the close (batch {batch_size})"
     assert stats.items - start_items < 2000
     assert app.engine.batcher.queued == 0
     status, _ = live.json("POST", "/rerank", {"query": "q", "documents": ["d"]})

