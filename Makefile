@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: install serve test lint typecheck unit bench bench-smoke
+.PHONY: install serve test lint typecheck unit bench bench-smoke mutants
 
 install:
 	$(PYTHON) -m venv $(VENV)
@@ -16,8 +16,8 @@ serve:
 	$(VENV)/bin/scorekit serve $(ARGS)
 
 lint:
-	$(VENV)/bin/ruff check scorekit tests bench
-	$(VENV)/bin/ruff format --check scorekit tests bench
+	$(VENV)/bin/ruff check scorekit tests bench mutants
+	$(VENV)/bin/ruff format --check scorekit tests bench mutants
 	$(VENV)/bin/mypy
 
 test: lint
@@ -28,3 +28,8 @@ bench:
 
 bench-smoke:
 	$(PY) -m bench --smoke
+
+# The mutation check (docs/testing.md): every mutant in mutants/catalog.py must fail its tests.
+# Slow (minutes), so not part of `make test`; ARGS="--only L01 B03" runs some, ARGS=--list lists them.
+mutants:
+	$(PY) -m mutants $(ARGS)
