@@ -22,6 +22,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from scorekit import __version__
 from scorekit.choices import DTYPES, device_error, local_model
+from scorekit.connections import bind_listener
 from scorekit.logs import process_config, route_transformers
 from scorekit.settings import EngineConfig, Settings
 
@@ -286,11 +287,12 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 def serve(args: argparse.Namespace) -> int:
     """Load the model, then serve it until a signal ends the drain. A start-up error is one line and exit 1."""
-    if args.model is not None:
-        try:
+    try:
+        if args.model is not None:
             local_model(args.model)  # a missing folder: said at once, before torch loads
-        except ValueError as exc:
-            _fail(exc, args.debug)
+        sock = bind_listener(args.host, args.port)  # a busy port too, not after the model loaded
+    except ValueError as exc:
+        _fail(exc, args.debug)
     config = process_config(args.log_level)
     logging.config.dictConfig(config)
     # The heavy imports (torch, transformers, uvicorn) come only now that the flags are good.
@@ -309,7 +311,7 @@ def serve(args: argparse.Namespace) -> int:
     except Exception as exc:
         _fail(exc, args.debug)
     app = create_app(settings, backend=backend)
-    return run_server(app, host=args.host, port=args.port, log_level=args.log_level, log_config=config)
+    return run_server(app, host=args.host, port=args.port, log_level=args.log_level, log_config=config, sock=sock)
 
 
 def _fail(exc: Exception, debug: bool) -> NoReturn:

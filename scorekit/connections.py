@@ -11,8 +11,10 @@ closes the oldest connection still waiting for its head (an attacker's, not a wo
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import resource
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +27,24 @@ RESERVED_FDS = 64
 MAX_BACKLOG = 2048
 # One log line per this many seconds for conditions that can recur thousands of times a second.
 LOG_EVERY_S = 60.0
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    """The server's socket, bound now (uvicorn makes it listen with its backlog once serving starts).
+
+    ``scorekit serve`` binds before it loads the model, so a busy port or a wrong host is said at once, not
+    after a load of minutes, and no other process can take the port while the model loads.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a port in TIME_WAIT is free
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        why = "the port is in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc)).lower()
+        raise ValueError(f"cannot listen on {host}:{port}: {why}") from exc
+    return sock
 
 
 def raise_open_file_limit() -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 import time
 from types import FrameType
 from typing import Any
@@ -49,6 +50,14 @@ class _DrainingServer(uvicorn.Server):
         else:
             self._forced = True
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started and sockets:
+            # uvicorn says where it listens only for sockets it bound itself.
+            host, port = sockets[0].getsockname()[:2]
+            shown = f"[{host}]" if ":" in host else host
+            logger.info("serving on http://%s:%d (Ctrl-C drains; a second Ctrl-C stops at once)", shown, port)
+
     async def on_tick(self, counter: int) -> bool:
         deadline = self._drain_deadline
         if deadline is None:
@@ -80,11 +89,19 @@ class _DrainingServer(uvicorn.Server):
 
 
 def run_server(
-    app: ScorekitApp, *, host: str, port: int, log_level: str, log_config: dict[str, Any] | None = LOGGING_CONFIG
+    app: ScorekitApp,
+    *,
+    host: str,
+    port: int,
+    log_level: str,
+    log_config: dict[str, Any] | None = LOGGING_CONFIG,
+    sock: socket.socket | None = None,
 ) -> int:
     """Serve ``app`` until a signal ends the drain; 0 when the server started, else 1.
 
-    ``log_config`` is uvicorn's (a ``logging.config.dictConfig``; None leaves logging as it is)."""
+    ``log_config`` is uvicorn's (a ``logging.config.dictConfig``; None leaves logging as it is). ``sock``, from
+    :func:`~scorekit.connections.bind_listener`, is the socket already bound to ``host``:``port``; without it
+    uvicorn binds one itself."""
     settings = app.settings
     fd_limit = raise_open_file_limit()
     max_connections, backlog = connection_limits(fd_limit, settings.limit_concurrency)
@@ -109,5 +126,5 @@ def run_server(
         timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout),
     )
     server = _DrainingServer(config, app)
-    server.run()
+    server.run(sockets=[sock] if sock is not None else None)
     return 0 if server.started else 1

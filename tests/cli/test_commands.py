@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from tests.cli.conftest import ROOT, one_line_error, scorekit
+from tests.live import free_port
 
 
 def test_python_m_scorekit_and_version() -> None:
@@ -78,8 +80,21 @@ def test_an_unavailable_device_is_one_line() -> None:
 
 
 def test_the_wrong_model_kind_is_refused_in_one_line(cross_encoder_dir: Path) -> None:
-    result = scorekit("serve", str(cross_encoder_dir), "--model-kind", "causal-lm", "--port", "1")
+    result = scorekit("serve", str(cross_encoder_dir), "--model-kind", "causal-lm", "--port", str(free_port()))
     line = one_line_error(result, 1)
     assert "cannot be served as a causal-lm" in line
     assert "BertForSequenceClassification, which is a cross-encoder" in line
     assert "Loading weights" not in result.stderr
+
+
+def test_a_busy_port_is_said_before_the_model_loads() -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = scorekit("serve", "--port", str(port))
+    # One line and no start-up log: the process stopped before logging was set up and the model loaded.
+    line = one_line_error(result, 1)
+    assert (
+        line == f"scorekit: error: cannot listen on 127.0.0.1:{port}: the port is in use (--debug shows the traceback)"
+    )
