@@ -24,11 +24,10 @@ from scorekit import __version__
 from scorekit.choices import DTYPES, device_error, local_model
 from scorekit.connections import bind_listener
 from scorekit.logs import process_config, route_transformers
-from scorekit.settings import EngineConfig, Settings
+from scorekit.settings import MODEL_KINDS, EngineConfig, Settings
 
 _ENGINE = EngineConfig()
 _SETTINGS = Settings()
-_KINDS = ("cross-encoder", "bi-encoder", "causal-lm")
 _LOG_LEVELS = ("debug", "info", "warning")
 _EXAMPLES = """\
 examples:
@@ -167,7 +166,7 @@ _FLAGS = (
     _Flag(
         "served-model-name", _text, None, "The name clients use in `model` fields", "the model as given", metavar="NAME"
     ),
-    _Flag("model-kind", str, None, "Override detection", "detected from config.json", _KINDS),
+    _Flag("model-kind", str, None, "Override detection", "detected from config.json", MODEL_KINDS),
     _Flag("host", _text, "127.0.0.1", "Interface to bind", metavar="HOST"),
     _Flag("port", _whole(1, 65535), 8000, "Port to bind", metavar="PORT"),
     _Flag("device", _device, _SETTINGS.device, "torch device: cpu, cuda or cuda:N", metavar="DEVICE"),

@@ -1,0 +1,39 @@
+"""Settings built in code (an embedding app) get the same bounds as the CLI's flags: a bad value is refused
+where it is made, not by a dead worker at the first request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scorekit.settings import EngineConfig, Settings
+
+
+@pytest.mark.parametrize("name", ["max_batch_tokens", "max_batch_size", "max_queued_items", "max_concurrent_requests"])
+@pytest.mark.parametrize("value", [0, -1, 2.5, True])
+def test_engine_counts_are_whole_and_positive(name: str, value: Any) -> None:
+    with pytest.raises(ValueError, match=rf"EngineConfig\.{name} must be a whole number, at least 1"):
+        EngineConfig(**{name: value})
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"max_body_bytes": 0}, "Settings.max_body_bytes must be a whole number, at least 1, not 0"),
+        ({"max_items_per_request": -3}, "Settings.max_items_per_request must be a whole number, at least 1, not -3"),
+        ({"limit_concurrency": -1}, "Settings.limit_concurrency must be a whole number, at least 0, not -1"),
+        ({"shutdown_timeout": -1.0}, "Settings.shutdown_timeout must be a number of seconds, 0 or more, not -1.0"),
+        ({"shutdown_timeout": float("nan")}, "Settings.shutdown_timeout must be a number of seconds, 0 or more"),
+        ({"header_timeout": 0}, "Settings.header_timeout must be a number of seconds, more than 0, not 0"),
+        ({"kind": "reranker"}, "Settings.kind must be one of cross-encoder, bi-encoder, causal-lm or None"),
+    ],
+)
+def test_settings_refuse_bad_values(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        Settings(**changes)
+    assert str(raised.value).startswith(message)
+
+
+def test_the_defaults_and_the_edges_are_accepted() -> None:
+    Settings(shutdown_timeout=0, limit_concurrency=0, kind="causal-lm", engine=EngineConfig(max_batch_size=1))
