@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 import anyio.to_thread
 
 from scorekit import __version__
+from scorekit.api.errors import as_http_error
 from scorekit.api.openapi import build_openapi
 from scorekit.api.routes import ROUTES
 from scorekit.api.state import ServerState, shutting_down
@@ -55,6 +56,7 @@ class ScorekitApp:
             max_body_bytes=settings.max_body_bytes,
             observer=self.metrics.observe_request,
             gate=self.state.refuse_new_work_when_draining,
+            errors=as_http_error,
         )
         self._in_flight = InFlight(router)
         self._stack = LifecycleMiddleware(self._in_flight, load=self.load)

@@ -1,7 +1,12 @@
-"""The scoring engine: admission, tokenizing off the loop, and awaiting a job on the model worker.
+"""The scoring engine: one model's task methods, admission, tokenizing off the loop, and awaiting a job on
+the model worker.
 
-Endpoints call :meth:`Engine.run` with tokenized inputs and await the outputs. If the request is
-cancelled (its client left), the ``finally`` here removes its queued items before they run.
+Endpoints call a task method (:meth:`Engine.score_pairs`, :meth:`Engine.label_scores`) with plain data from
+``scorekit.tasks`` and get plain data back, or one of ``scorekit.errors``' typed errors. The backend that has
+the capability turns the request into a :class:`~scorekit.models.base.Plan`; the engine checks it can ever
+fit, admits it, tokenizes it (in a thread when large), queues it, awaits it and lets the plan finish it.
+If the request is cancelled (its client left), tokenizing stops at its next checkpoint and the ``finally``
+here removes its queued items before they run.
 """
 
 from __future__ import annotations
@@ -20,18 +25,17 @@ import anyio.to_thread
 import torch
 
 from scorekit.batching import Batcher, Job, QueueFull
-from scorekit.models.base import Backend, Checkpoint, Encoded, no_checkpoint
+from scorekit.errors import InputTooLong, InvalidRequest, NotReady, Overloaded, Unsupported
+from scorekit.models.base import Backend, Checkpoint, Encoded, LabelScorer, PairScorer, Plan, no_checkpoint
 from scorekit.settings import EngineConfig
+from scorekit.tasks import LabelQuery, LabelScores, PairOptions, PairScores, ParamOf
 from scorekit.worker import BatchObserver, ModelWorker
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 # Tokenizing a few kilobytes takes well under a millisecond: cheaper inline than a thread hop.
 INLINE_TOKENIZE_CHARS = 4096
-
-
-class Overloaded(Exception):
-    """Admission refused (queue or concurrency limit); the answer is 503 with Retry-After."""
 
 
 class Abandoned(Exception):
@@ -79,6 +83,49 @@ class Engine:
 
     def stop(self, timeout: float | None = None) -> None:
         self.worker.stop(timeout)
+
+    @property
+    def ready(self) -> bool:
+        """The worker is running: work queued now will be run."""
+        return self.worker.alive
+
+    async def score_pairs(
+        self, side1: list[str], side2: list[str], options: PairOptions, param_of: ParamOf
+    ) -> PairScores:
+        """One score per (side1, side2) pair, 1:N or N:N: /score and /rerank."""
+        backend = self.backend
+        if not isinstance(backend, PairScorer):
+            raise self._unsupported("scoring text pairs")
+        return await self.execute(backend.plan_pairs(side1, side2, options, param_of))
+
+    async def label_scores(self, query: LabelQuery) -> LabelScores:
+        """Label-token probabilities of the next token after each prompt: /generative_scoring."""
+        backend = self.backend
+        if not isinstance(backend, LabelScorer):
+            raise self._unsupported("label-token scoring")
+        return await self.execute(backend.plan_labels(query))
+
+    async def execute(self, plan: Plan[R]) -> R:
+        """Run one request's plan: every limit its shape decides is checked before any tokenizing, so an
+        impossible request costs nothing but its decoding."""
+        if not self.ready:
+            raise NotReady("The model is not ready.")
+        limit = self.config.max_queued_items
+        if plan.count > limit:  # can never be admitted: a 400 now, not a 503 that says retry
+            raise InvalidRequest(
+                f"This request needs {plan.count} model inputs, but the server queues at most {limit}; "
+                "send it as several smaller requests."
+            )
+        with self.admit():
+            try:
+                inputs = await self.prepare(plan.encode, chars=plan.chars)
+            except InputTooLong as exc:
+                raise exc.named(plan.param_of(exc.index)) from None
+            outputs = await self.run(inputs)
+        return plan.finish(inputs, outputs)
+
+    def _unsupported(self, task: str) -> Unsupported:
+        return Unsupported(f"The {self.backend.kind} model {self.backend.name!r} cannot do {task}.")
 
     @contextmanager
     def admit(self) -> Iterator[None]:

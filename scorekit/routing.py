@@ -37,7 +37,8 @@ _warned_aliases: set[str] = set()
 class Route:
     """A canonical path. ``body`` and ``returns`` describe it in /openapi.json; the router ignores them.
 
-    ``counts_as_load`` is false for service routes, so polling /load or /health is not load.
+    ``counts_as_load`` is false for service routes, so polling /load or /health is not load. ``api`` is what
+    an error message calls the endpoint ("the Rerank API").
     """
 
     method: str
@@ -47,6 +48,7 @@ class Route:
     returns: type[msgspec.Struct] | None = None
     summary: str = ""
     counts_as_load: bool = True
+    api: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,8 @@ class ClientGone(Exception):
 
 
 RequestObserver = Callable[[str, int, float], None]
+# Turns an exception an endpoint let out into its answer, given the route's ``api`` name; None: a 500.
+ErrorMapper = Callable[[Exception, str], HTTPError | None]
 # Runs once a request is routed, before its body is read; raising HTTPError refuses it (e.g. draining).
 RouteGate = Callable[[Route], None]
 
@@ -85,8 +89,10 @@ class Router:
         max_body_bytes: int,
         observer: RequestObserver | None = None,
         gate: RouteGate | None = None,
+        errors: ErrorMapper | None = None,
     ) -> None:
         self.state = state
+        self._errors = errors
         self.max_body_bytes = max_body_bytes
         self.table = tuple(table)
         self._observer = observer
@@ -155,7 +161,10 @@ class Router:
             result = await route.endpoint(request)
         except HTTPError:
             raise
-        except Exception:
+        except Exception as exc:
+            answer = self._errors(exc, route.api or route.path) if self._errors is not None else None
+            if answer is not None:
+                raise answer from None
             logger.exception("endpoint %s failed", route.path)
             raise HTTPError(500, "Internal server error.") from None
         if isinstance(result, Response):

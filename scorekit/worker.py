@@ -16,14 +16,11 @@ from dataclasses import dataclass, field
 import torch
 
 from scorekit.batching import Batcher, WorkItem
+from scorekit.errors import ModelFailure
 from scorekit.models.base import Backend
 
 logger = logging.getLogger("scorekit.worker")
 BatchObserver = Callable[[int, int], None]
-
-
-class ModelFailure(Exception):
-    """The model raised on the batch that held this request's items."""
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""What the scoring endpoints share: typed decoding, model checks, ids, and engine error mapping."""
+"""What the scoring endpoints share: typed decoding, the model check, request limits and response ids."""
 
 from __future__ import annotations
 
@@ -6,28 +6,21 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from functools import cache
 from typing import Any, TypeVar
 
 import anyio.to_thread
 import msgspec
-import torch
 
 from scorekit.api.state import ServerState
-from scorekit.engine import Engine, Overloaded
-from scorekit.http import HTTPError, Request, bad_request
-from scorekit.models.base import Checkpoint, Encoded, InputTooLong
-from scorekit.worker import ModelFailure
+from scorekit.errors import UnknownModel
+from scorekit.http import Request, bad_request
 
 S = TypeVar("S", bound=msgspec.Struct)
-T = TypeVar("T")
 
 logger = logging.getLogger("scorekit.api")
 _FIELD_AT = re.compile(r"at `\$\.([A-Za-z_0-9]+)")
 _MISSING = re.compile(r"missing required field `([A-Za-z_0-9]+)`")
-_RETRY_AFTER = [(b"retry-after", b"1")]
 # Decoding this much JSON takes about a millisecond: cheaper inline than a thread hop.
 INLINE_DECODE_BYTES = 256 << 10
 
@@ -72,7 +65,7 @@ def _log_ignored_fields(body: bytes, kind: type[msgspec.Struct]) -> None:
 def check_model(state: ServerState, model: str | None) -> str:
     """The served name; any other non-empty name is a 404 (as vLLM answers)."""
     if model and model != state.served_model_name:
-        raise HTTPError(404, f"The model `{model}` does not exist.", param="model")
+        raise UnknownModel(model)
     return state.served_model_name
 
 
@@ -88,64 +81,3 @@ def check_count(state: ServerState, count: int, param: str) -> None:
     limit = state.settings.max_items_per_request
     if count > limit:
         raise bad_request(f"{count} inputs were given; this server accepts at most {limit} per request.", param)
-
-
-def not_supported(api: str) -> HTTPError:
-    """The served model's kind cannot answer this endpoint (``api`` names the endpoint, e.g. "Rerank")."""
-    return HTTPError(501, f"The model does not support the {api} API.")
-
-
-@contextmanager
-def engine_errors(param_of: Callable[[int], str] | None = None) -> Iterator[None]:
-    """Map engine and backend failures to the error shape; ``param_of`` names an input by index."""
-    try:
-        yield
-    except Overloaded as exc:
-        raise HTTPError(
-            503,
-            f"The server is busy and cannot accept new requests ({exc}). Please try again later.",
-            headers=list(_RETRY_AFTER),
-        ) from None
-    except InputTooLong as exc:
-        # The backend's index is into the inputs it was given (each distinct one once), not the request's.
-        param = param_of(exc.index) if param_of else "input_tokens"
-        size = f"{exc.length} tokens" if exc.length is not None else f"{exc.chars} characters"
-        raise bad_request(
-            f"{param} has {size}, but the model's maximum length is {exc.maximum} tokens. "
-            "Please reduce the length of the input prompt, or set truncate_prompt_tokens.",
-            param,
-        ) from None
-    except ModelFailure as exc:
-        raise HTTPError(500, str(exc)) from None
-    except ValueError as exc:
-        raise bad_request(str(exc)) from None
-
-
-async def run_admitted(
-    engine: Engine,
-    tokenize: Callable[[Checkpoint], list[Encoded]],
-    *,
-    count: int,
-    chars: int,
-    param_of: Callable[[int], str] | None = None,
-) -> tuple[list[Encoded], list[torch.Tensor]]:
-    """Check the request fits, admit it, tokenize (off the loop when large) and run its ``count`` inputs.
-
-    Every limit that the request's shape decides is checked before any tokenizing, so an impossible
-    request costs nothing but its decoding.
-    """
-    _check_fits(engine, count)
-    with engine_errors(param_of), engine.admit():
-        inputs = await engine.prepare(tokenize, chars=chars)
-        outputs = await engine.run(inputs)
-    return inputs, outputs
-
-
-def _check_fits(engine: Engine, count: int) -> None:
-    """A request larger than the whole queue can never be admitted: a 400 now, not a 503 that says retry."""
-    limit = engine.config.max_queued_items
-    if count > limit:
-        raise bad_request(
-            f"This request needs {count} model inputs, but the server queues at most {limit}; "
-            "send it as several smaller requests."
-        )

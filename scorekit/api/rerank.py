@@ -5,10 +5,10 @@ from __future__ import annotations
 from msgspec import UNSET
 
 from scorekit.api.common import check_count, check_model, decode, response_id
-from scorekit.api.pairs import PairOptions, score_pairs
 from scorekit.api.state import ServerState
 from scorekit.http import Request, bad_request
 from scorekit.schemas import RerankDocument, RerankRequest, RerankResponse, RerankResult, RerankUsage
+from scorekit.tasks import PairOptions
 
 
 async def rerank(request: Request) -> RerankResponse:
@@ -20,9 +20,11 @@ async def rerank(request: Request) -> RerankResponse:
     check_count(state, len(body.documents), "documents")
     texts = [doc if isinstance(doc, str) else doc.text for doc in body.documents]
     options = PairOptions(body.truncate_prompt_tokens, body.truncation_side, body.use_activation)
-    scores, tokens = await score_pairs(
-        state, [body.query], texts, options, lambda side, i: "query" if side == 0 else f"documents[{i}]", api="Rerank"
+    engine = state.ready_engine()
+    result = await engine.score_pairs(
+        [body.query], texts, options, lambda side, i: "query" if side == 0 else f"documents[{i}]"
     )
+    scores, tokens = result.scores, result.prompt_tokens
     order = sorted(range(len(texts)), key=lambda i: -scores[i])  # stable: ties keep input order
     if 0 < body.top_n < len(order):
         order = order[: body.top_n]

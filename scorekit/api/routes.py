@@ -19,9 +19,9 @@ from scorekit.schemas import (
 )
 
 ROUTES: tuple[Route | Alias, ...] = (
-    Route("POST", "/score", score, ScoreRequest, ScoreResponse, "Score text pairs: 1:1, 1:N or N:N."),
+    Route("POST", "/score", score, ScoreRequest, ScoreResponse, "Score text pairs: 1:1, 1:N or N:N.", api="Score"),
     Alias("/v1/score", to="/score"),
-    Route("POST", "/rerank", rerank, RerankRequest, RerankResponse, "Rank documents against a query."),
+    Route("POST", "/rerank", rerank, RerankRequest, RerankResponse, "Rank documents against a query.", api="Rerank"),
     Alias("/v1/rerank", to="/rerank"),
     Alias("/v2/rerank", to="/rerank", deprecated=False),  # what Cohere's current SDK (ClientV2.rerank) calls
     Route(
@@ -31,6 +31,7 @@ ROUTES: tuple[Route | Alias, ...] = (
         GenerativeScoringRequest,
         GenerativeScoringResponse,
         "Next-token probabilities of label tokens after query + item.",
+        api="Generative Scoring",
     ),
     Route("GET", "/health", health, summary="200 while the model worker is alive.", counts_as_load=False),
     Route("GET", "/load", load, returns=LoadResponse, summary="Scoring requests in flight.", counts_as_load=False),

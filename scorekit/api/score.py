@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from scorekit.api.common import check_count, check_model, decode, now, response_id
-from scorekit.api.pairs import PairOptions, score_pairs
 from scorekit.api.state import ServerState
 from scorekit.http import Request, bad_request
 from scorekit.schemas import ScoreData, ScoreRequest, ScoreResponse, TextSide, Usage
+from scorekit.tasks import PairOptions
 
 SPELLINGS = (("queries", "documents"), ("queries", "items"), ("data_1", "data_2"), ("text_1", "text_2"))
 _SIDE_FIELDS = ("queries", "documents", "items", "data_1", "data_2", "text_1", "text_2")
@@ -19,13 +19,14 @@ async def score(request: Request) -> ScoreResponse:
     names, side1, side2 = _sides(body)
     check_count(state, max(len(side1), len(side2)), names[1])
     options = PairOptions(body.truncate_prompt_tokens, body.truncation_side, body.use_activation)
-    scores, tokens = await score_pairs(state, side1, side2, options, lambda side, i: f"{names[side]}[{i}]", api="Score")
+    engine = state.ready_engine()
+    result = await engine.score_pairs(side1, side2, options, lambda side, i: f"{names[side]}[{i}]")
     return ScoreResponse(
         id=response_id(request, "score"),
         created=now(),
         model=model,
-        data=[ScoreData(index=i, score=value) for i, value in enumerate(scores)],
-        usage=Usage(prompt_tokens=tokens, total_tokens=tokens),
+        data=[ScoreData(index=i, score=value) for i, value in enumerate(result.scores)],
+        usage=Usage(prompt_tokens=result.prompt_tokens, total_tokens=result.prompt_tokens),
     )
 
 

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 from scorekit.engine import Engine
+from scorekit.errors import NotReady
 from scorekit.http import HTTPError
 from scorekit.load import LoadCounter
 from scorekit.metrics import Metrics
@@ -34,8 +35,8 @@ class ServerState:
 
     def ready_engine(self) -> Engine:
         """The engine, if it can take work now; otherwise a 503 that says why."""
-        if self.engine is None or not self.engine.worker.alive:
-            raise HTTPError(503, "The model is not ready.", headers=[(b"retry-after", b"1")])
+        if self.engine is None or not self.engine.ready:
+            raise NotReady("The model is not ready.")
         return self.engine
 
 

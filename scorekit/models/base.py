@@ -1,16 +1,27 @@
-"""What every backend offers the worker: tokenized inputs with a known cost, and a batched forward."""
+"""What every backend offers: tokenized inputs with a known cost, a batched forward, and the capabilities
+(pair scoring, label scoring) it declares by implementing their protocols.
+
+A capability turns one request into a :class:`Plan` before anything is tokenized: how many model inputs
+it needs (the engine refuses what can never fit), how to encode them (off the event loop), and how to
+finish the batched outputs into the answer (sigmoid, cosine, label softmax). So what a score is lives
+in the backend, and the engine runs any plan the same way.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 import torch
 
+from scorekit.errors import InputTooLong as InputTooLong
+from scorekit.errors import TruncationTooLarge as TruncationTooLarge
 from scorekit.settings import ModelKind as ModelKind
+from scorekit.tasks import LabelQuery, LabelScores, PairOptions, PairScores, ParamOf
+from scorekit.tasks import TruncationSide as TruncationSide
 
-TruncationSide = Literal["left", "right"]
+R = TypeVar("R", covariant=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,31 +55,21 @@ class Limits:
     side: TruncationSide
 
 
-class InputTooLong(ValueError):
-    """An input is over the model's maximum length and the request asked for no truncation.
+@dataclass(frozen=True, slots=True)
+class Plan(Generic[R]):
+    """One request's work on one backend, decided before any tokenizing.
 
-    ``length`` is its token count; None when the characters alone rule it out, before tokenizing.
+    ``count`` model inputs (each distinct input once) of ``chars`` characters in all; ``encode`` tokenizes
+    them (on any thread, calling the checkpoint between bounded chunks); ``finish`` turns the encoded inputs
+    and their outputs, in the same order, into the answer; ``param_of`` names input ``i`` as the request
+    spelled it, for an :class:`InputTooLong`.
     """
 
-    def __init__(self, index: int, length: int | None, maximum: int, *, chars: int = 0) -> None:
-        size = f"{length} tokens" if length is not None else f"{chars} characters"
-        super().__init__(
-            f"Input {index} has {size}, but the model's maximum length is {maximum} tokens. "
-            "Please reduce the length of the input prompt, or set truncate_prompt_tokens."
-        )
-        self.index = index
-        self.length = length
-        self.chars = chars
-        self.maximum = maximum
-
-
-class TruncationTooLarge(ValueError):
-    """``truncate_prompt_tokens`` asks for more tokens than the model takes (the message is vLLM's)."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            "truncate_prompt_tokens value is greater than max_model_len. Please request a smaller truncation size."
-        )
+    count: int
+    chars: int
+    encode: Callable[[Checkpoint], list[Encoded]]
+    finish: Callable[[list[Encoded], list[torch.Tensor]], R]
+    param_of: Callable[[int], str]
 
 
 class Backend(Protocol):
@@ -80,9 +81,23 @@ class Backend(Protocol):
     vocab_size: int
 
     def forward(self, batch: Sequence[Encoded]) -> list[torch.Tensor]:
-        """One output per input, in input order, on the CPU.
-
-        cross-encoder: a 0-d tensor, the raw logit; bi-encoder: a 1-d normalised embedding;
-        causal-lm: a 1-d tensor of full-vocabulary log-probabilities of ``label_token_ids``.
-        """
+        """One output per input, in input order, on the CPU (what each output is, the backend's plans know)."""
         ...
+
+
+@runtime_checkable
+class PairScorer(Protocol):
+    """Scores (query, document) pairs: /score and /rerank."""
+
+    def plan_pairs(
+        self, side1: list[str], side2: list[str], options: PairOptions, param_of: ParamOf
+    ) -> Plan[PairScores]:
+        """``side1`` holds one text (1:N) or as many as ``side2`` (N:N, zipped)."""
+        ...
+
+
+@runtime_checkable
+class LabelScorer(Protocol):
+    """Next-token probabilities of label tokens after a prompt: /generative_scoring."""
+
+    def plan_labels(self, query: LabelQuery) -> Plan[LabelScores]: ...

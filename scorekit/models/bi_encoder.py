@@ -9,7 +9,9 @@ import torch
 from torch.nn import functional
 from transformers import AutoModel
 
-from .base import Checkpoint, Encoded, ModelKind, TruncationSide, no_checkpoint
+from scorekit.tasks import PairOptions, PairScores, ParamOf
+
+from .base import Checkpoint, Encoded, ModelKind, Plan, TruncationSide, no_checkpoint
 from .loading import (
     Source,
     encode_texts,
@@ -20,6 +22,7 @@ from .loading import (
     pad_token_id,
     read_max_length,
 )
+from .pairs import Pairing
 
 Pooling = Literal["mean", "cls", "max", "lasttoken"]
 # The pooling names sentence-transformers saves. The embeddings are L2-normalised, and that makes
@@ -59,6 +62,39 @@ class BiEncoderBackend:
         self.name = name
         self.max_length = read_max_length(source, self._tokenizer, model.config)
         self.vocab_size: int = model.config.get_text_config().vocab_size
+
+    def plan_pairs(
+        self, side1: list[str], side2: list[str], options: PairOptions, param_of: ParamOf
+    ) -> Plan[PairScores]:
+        """Each distinct text is embedded once (a 1:N request's query once); a pair's score is the cosine of
+        its two normalised embeddings. ``use_activation`` means nothing here."""
+        pairing = Pairing.of(side1, side2)
+        texts = list(dict.fromkeys(side1 + side2))
+        text_row = {text: i for i, text in enumerate(texts)}
+
+        def finish(inputs: list[Encoded], outputs: list[torch.Tensor]) -> PairScores:
+            embeddings = torch.stack(outputs)
+            documents = embeddings[[text_row[b] for _, b in pairing.distinct]]
+            if len(side1) == 1:  # 1:N: the query's one row, broadcast, not N copies of it
+                queries = embeddings[text_row[side1[0]]].expand_as(documents)
+            else:
+                queries = embeddings[[text_row[a] for a, _ in pairing.distinct]]
+            # One dot product per row, each summed in the same order: a pair's score never depends on its row.
+            scores: list[float] = (queries * documents).sum(-1).tolist()
+            tokens = sum(inputs[text_row[text]].cost for text in side1 + side2)  # the query once per side-1 entry
+            return PairScores(pairing.spread(scores), tokens)
+
+        def first_place(row: int) -> str:
+            text = texts[row]
+            return param_of(0, side1.index(text)) if text in side1 else param_of(1, side2.index(text))
+
+        return Plan(
+            count=len(texts),
+            chars=sum(map(len, texts)),
+            encode=lambda checkpoint: self.encode_texts(texts, options.truncate, options.side, checkpoint),
+            finish=finish,
+            param_of=first_place,
+        )
 
     def encode_texts(
         self,

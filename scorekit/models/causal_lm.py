@@ -8,7 +8,10 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import AutoModelForCausalLM
 
-from .base import Checkpoint, Encoded, ModelKind, no_checkpoint
+from scorekit.errors import InvalidRequest
+from scorekit.tasks import LabelQuery, LabelScores
+
+from .base import Checkpoint, Encoded, ModelKind, Plan, no_checkpoint
 from .loading import Source, load_model, load_tokenizer, pad_batch, pad_token_id, read_max_length, tokenize
 
 
@@ -31,15 +34,70 @@ class CausalLMBackend:
         self.max_length = read_max_length(source, self._tokenizer, model.config)
         self.vocab_size: int = model.config.get_text_config().vocab_size
 
+    def plan_labels(self, query: LabelQuery) -> Plan[LabelScores]:
+        """Each distinct item's prompt runs once and repeats share its probabilities (so their exact floats);
+        usage counts every item's prompt, as vLLM runs and counts them."""
+        self._check_items(query)
+        self.check_labels(query.label_token_ids)
+        keys = [item if isinstance(item, str) else tuple(item) for item in query.items]
+        first: dict[str | tuple[int, ...], int] = {}
+        for index, key in enumerate(keys):
+            first.setdefault(key, index)
+        distinct = list(first.values())
+        row = {keys[index]: place for place, index in enumerate(distinct)}
+        positions = _first_positions(query.label_token_ids)  # duplicate labels collapse, as in vLLM
+
+        def encode(checkpoint: Checkpoint) -> list[Encoded]:
+            return self.encode_prompts(
+                query.query,
+                [query.items[index] for index in distinct],
+                query.label_token_ids,
+                item_first=query.item_first,
+                add_special_tokens=query.add_special_tokens,
+                checkpoint=checkpoint,
+            )
+
+        def finish(inputs: list[Encoded], outputs: list[torch.Tensor]) -> LabelScores:
+            probabilities = [_probabilities(logprobs, positions, query.apply_softmax) for logprobs in outputs]
+            prompts = [inputs[row[key]] for key in keys]
+            return LabelScores(
+                probabilities=[probabilities[row[key]] for key in keys],
+                prompt_tokens=sum(prompt.cost for prompt in prompts),
+                prompts=len(prompts),
+                truncated_prompts=sum(prompt.truncated for prompt in prompts),
+            )
+
+        return Plan(
+            count=len(distinct),
+            chars=sum(len(query.items[index]) for index in distinct) + len(query.query),
+            encode=encode,
+            finish=finish,
+            param_of=lambda place: f"items[{distinct[place]}]",
+        )
+
     def check_labels(self, label_token_ids: Sequence[int]) -> None:
         """Reject label ids the model cannot score (the messages are vLLM's)."""
         if not label_token_ids:
-            raise ValueError("label_token_ids must contain at least one token ID.")
+            raise InvalidRequest("label_token_ids must contain at least one token ID.", "label_token_ids")
         for token_id in label_token_ids:
             if not 0 <= token_id < self.vocab_size:
-                raise ValueError(
+                raise InvalidRequest(
                     f"label_token_id {token_id} is out of vocabulary range [0, {self.vocab_size}). "
-                    "Please provide valid token IDs."
+                    "Please provide valid token IDs.",
+                    "label_token_ids",
+                )
+
+    def _check_items(self, query: LabelQuery) -> None:
+        """Items all strings or all id lists, and no id past the vocabulary (it would crash the model)."""
+        if not query.items:
+            raise InvalidRequest("items must contain at least one item.", "items")
+        if len({isinstance(item, str) for item in query.items}) > 1:
+            raise InvalidRequest("items must be all strings or all token-id lists, not a mix.", "items")
+        named = [("query", query.query), *((f"items[{i}]", item) for i, item in enumerate(query.items))]
+        for name, ids in named:
+            if not isinstance(ids, str) and any(not 0 <= token < self.vocab_size for token in ids):
+                raise InvalidRequest(
+                    f"{name} holds a token id outside the vocabulary range [0, {self.vocab_size}).", name
                 )
 
     def encode_prompts(
@@ -67,7 +125,7 @@ class CausalLMBackend:
             head = first[:cut]
             prompt = head + second[: cut - len(head)]
             if not prompt:
-                raise ValueError(f"The prompt for item {index} is empty.")
+                raise InvalidRequest(f"The prompt for item {index} is empty.", f"items[{index}]")
             truncated = len(first) + len(second) > cut
             prompts.append(Encoded(prompt, label_token_ids=labels, truncated=truncated))
         return prompts
@@ -102,8 +160,24 @@ class CausalLMBackend:
                 continue
             for token_id in value:
                 if not 0 <= token_id < self.vocab_size:
-                    raise ValueError(
+                    raise InvalidRequest(
                         f"Token id {token_id} in {name(index)} is out of vocabulary range [0, {self.vocab_size})."
                     )
             token_ids.append(list(value))
         return token_ids
+
+
+def _probabilities(logprobs: torch.Tensor, positions: list[int], apply_softmax: bool) -> list[float]:
+    """Each label's probability: over the label tokens only (softmax), or over the whole vocabulary."""
+    if apply_softmax:
+        logprobs = logprobs - torch.logsumexp(logprobs[positions], dim=0)
+    return [float(p) for p in logprobs.exp().tolist()]
+
+
+def _first_positions(labels: list[int]) -> list[int]:
+    """The position of each distinct label's first occurrence, in one pass (``list.index`` per label is
+    quadratic, and a request of a few thousand labels would hold the event loop for seconds)."""
+    first: dict[int, int] = {}
+    for position, label in enumerate(labels):
+        first.setdefault(label, position)
+    return list(first.values())

@@ -8,7 +8,9 @@ from collections.abc import Sequence
 import torch
 from transformers import AutoModelForSequenceClassification, PretrainedConfig
 
-from .base import Checkpoint, Encoded, ModelKind, TruncationSide, no_checkpoint
+from scorekit.tasks import PairOptions, PairScores, ParamOf
+
+from .base import Checkpoint, Encoded, ModelKind, Plan, TruncationSide, no_checkpoint
 from .loading import (
     Source,
     encode_pairs,
@@ -19,6 +21,7 @@ from .loading import (
     pad_token_id,
     read_max_length,
 )
+from .pairs import Pairing
 
 # Activation names a CrossEncoder may have saved in its config; sigmoid is its default for one label.
 _IDENTITY = {"torch.nn.Identity", "torch.nn.modules.linear.Identity"}
@@ -46,6 +49,27 @@ class CrossEncoderBackend:
         self.name = name
         self.max_length = read_max_length(source, self._tokenizer, model.config)
         self.vocab_size: int = model.config.get_text_config().vocab_size
+
+    def plan_pairs(
+        self, side1: list[str], side2: list[str], options: PairOptions, param_of: ParamOf
+    ) -> Plan[PairScores]:
+        """Each distinct pair runs once; its score is the activation of its logit (or the raw logit)."""
+        pairing = Pairing.of(side1, side2)
+        firsts, seconds = [a for a, _ in pairing.distinct], [b for _, b in pairing.distinct]
+
+        def finish(inputs: list[Encoded], outputs: list[torch.Tensor]) -> PairScores:
+            logits = [float(output) for output in outputs]
+            scores = logits if options.use_activation is False else [self.activation(x) for x in logits]
+            tokens = sum(inputs[pairing.row[pair]].cost for pair in pairing.pairs)  # every pair, as vLLM counts
+            return PairScores(pairing.spread(scores), tokens)
+
+        return Plan(
+            count=len(firsts),
+            chars=sum(map(len, firsts)) + sum(map(len, seconds)),
+            encode=lambda checkpoint: self.encode_pairs(firsts, seconds, options.truncate, options.side, checkpoint),
+            finish=finish,
+            param_of=lambda row: param_of(1, pairing.first_place(row)),
+        )
 
     def encode_pairs(
         self,

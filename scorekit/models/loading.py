@@ -16,8 +16,9 @@ from transformers.utils import logging as hf_logging
 from transformers.utils.hub import cached_file
 
 from scorekit.choices import DTYPES, device_error
+from scorekit.errors import InputTooLong, InvalidRequest, TruncationTooLarge
 
-from .base import Checkpoint, Encoded, InputTooLong, Limits, ModelKind, TruncationSide, TruncationTooLarge
+from .base import Checkpoint, Encoded, Limits, ModelKind, TruncationSide
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # Tokenizers without a limit report a sentinel near 1e30 as model_max_length.
@@ -202,7 +203,9 @@ def limits(
     if truncate > max_length:
         raise TruncationTooLarge()
     if truncate < 1:
-        raise ValueError("truncate_prompt_tokens must be -1 or a positive number of tokens.")
+        raise InvalidRequest(
+            "truncate_prompt_tokens must be -1 or a positive number of tokens.", "truncate_prompt_tokens"
+        )
     return Limits(truncate, max_length, cut_side)
 
 
@@ -315,7 +318,9 @@ def fit(
     spans = _pair_spans(ids, *parts) if parts else _single_span(encoding.sequence_ids)
     n_special = len(ids) - sum(count for _, count in spans)
     if limit < n_special:
-        raise ValueError(f"truncate_prompt_tokens must be at least {n_special} for this model.")
+        raise InvalidRequest(
+            f"truncate_prompt_tokens must be at least {n_special} for this model.", "truncate_prompt_tokens"
+        )
     keep = split_budget(spans[0][1], spans[1][1], limit - n_special)
     dropped = []
     for (start, count), kept in zip(spans, keep, strict=True):
@@ -342,7 +347,7 @@ def _pair_spans(ids: list[int], first: Encoding, second: Encoding) -> list[tuple
         while ids[start : start + len(part)] != part:
             start += 1
             if start + len(part) > len(ids):
-                raise ValueError("The tokenizer's pair template reorders the texts; scorekit cannot truncate it.")
+                raise InvalidRequest("The tokenizer's pair template reorders the texts; scorekit cannot truncate it.")
         spans.append((start, len(part)))
         position = start + len(part)
     return spans

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 import torch
 
 from scorekit.batching import Batcher, Job
+from scorekit.errors import ModelFailure
 from scorekit.models.base import Encoded
-from scorekit.worker import ModelFailure, ModelWorker
+from scorekit.worker import ModelWorker
 
 
 class ScriptedBackend:

@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from scorekit.batching import Batcher, Job, QueueFull
+from scorekit.errors import ModelFailure
 from scorekit.models.base import Encoded
-from scorekit.worker import ModelFailure, ModelWorker
+from scorekit.worker import ModelWorker
 
 WAIT = 10.0  # seconds; only a hang reaches it
 

@@ -1,0 +1,69 @@
+"""The one table from scorekit's typed errors (``scorekit.errors``) to an HTTP status and the error shape.
+
+The router asks it about any exception an endpoint lets out; what the table does not know (a bug in a
+backend, a ValueError from a library) is logged and answered 500, never mistaken for the client's fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from scorekit.errors import (
+    InvalidRequest,
+    ModelFailure,
+    NotReady,
+    Overloaded,
+    ScorekitError,
+    UnknownModel,
+    Unsupported,
+)
+from scorekit.http import HTTPError
+
+_RETRY_AFTER = (b"retry-after", b"1")
+
+
+def _invalid(error: ScorekitError, api: str) -> HTTPError:
+    param = error.param if isinstance(error, InvalidRequest) else None
+    return HTTPError(400, error.message, param=param)
+
+
+def _unknown_model(error: ScorekitError, api: str) -> HTTPError:
+    return HTTPError(404, error.message, param="model")
+
+
+def _unsupported(error: ScorekitError, api: str) -> HTTPError:
+    return HTTPError(501, f"The model does not support the {api} API.")
+
+
+def _overloaded(error: ScorekitError, api: str) -> HTTPError:
+    message = f"The server is busy and cannot accept new requests ({error.message}). Please try again later."
+    return HTTPError(503, message, headers=[_RETRY_AFTER])
+
+
+def _not_ready(error: ScorekitError, api: str) -> HTTPError:
+    return HTTPError(503, error.message, headers=[_RETRY_AFTER])
+
+
+def _model_failure(error: ScorekitError, api: str) -> HTTPError:
+    return HTTPError(500, error.message)
+
+
+# Each error type and how it is answered; a subclass is answered as its nearest listed base.
+ANSWERS: dict[type[ScorekitError], Callable[[ScorekitError, str], HTTPError]] = {
+    InvalidRequest: _invalid,
+    UnknownModel: _unknown_model,
+    Unsupported: _unsupported,
+    Overloaded: _overloaded,
+    NotReady: _not_ready,
+    ModelFailure: _model_failure,
+}
+
+
+def as_http_error(error: Exception, api: str) -> HTTPError | None:
+    """The answer to ``error`` raised by the endpoint of the API named ``api`` ("Rerank"); None: not ours."""
+    for kind in type(error).__mro__:
+        answer = ANSWERS.get(kind)
+        if answer is not None:
+            assert isinstance(error, ScorekitError)
+            return answer(error, api)
+    return None

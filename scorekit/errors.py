@@ -1,0 +1,85 @@
+"""scorekit's one error hierarchy: what the engine and the backends refuse, by kind, with no HTTP in it.
+
+A leaf module. ``api/errors.py`` is the one table from these types to an HTTP status and the error shape;
+anything else that escapes an endpoint (a backend's bug included) is a 500, never a 400.
+"""
+
+from __future__ import annotations
+
+
+class ScorekitError(Exception):
+    """Base of every error scorekit raises on purpose while serving a request."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidRequest(ScorekitError, ValueError):
+    """The request asks for something this model cannot do; ``param`` names the field when one is to blame.
+    A ValueError too, so code that checks inputs the Python way still catches it."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class InputTooLong(InvalidRequest):
+    """An input is over the model's maximum length and the request asked for no truncation.
+
+    ``index`` is the input's position in what the backend was given; the engine names it in the request
+    (``param``, e.g. ``documents[3]``). ``length`` is its token count; None when its ``chars`` alone rule it
+    out, before tokenizing.
+    """
+
+    def __init__(
+        self, index: int, length: int | None, maximum: int, *, chars: int = 0, param: str | None = None
+    ) -> None:
+        self.index = index
+        self.length = length
+        self.chars = chars
+        self.maximum = maximum
+        name = param or f"Input {index}"
+        size = f"{length} tokens" if length is not None else f"{chars} characters"
+        super().__init__(
+            f"{name} has {size}, but the model's maximum length is {maximum} tokens. "
+            "Please reduce the length of the input prompt, or set truncate_prompt_tokens.",
+            param,
+        )
+
+    def named(self, param: str) -> InputTooLong:
+        """The same error, naming the input as the request spelled it."""
+        return InputTooLong(self.index, self.length, self.maximum, chars=self.chars, param=param)
+
+
+class TruncationTooLarge(InvalidRequest):
+    """``truncate_prompt_tokens`` asks for more tokens than the model takes (the message is vLLM's)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "truncate_prompt_tokens value is greater than max_model_len. Please request a smaller truncation size.",
+            "truncate_prompt_tokens",
+        )
+
+
+class UnknownModel(ScorekitError):
+    """The request names a model this server does not serve."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__(f"The model `{model}` does not exist.")
+
+
+class Unsupported(ScorekitError):
+    """The model has no capability for this task (a causal LM asked to rerank)."""
+
+
+class Overloaded(ScorekitError):
+    """Admission refused (queue or concurrency limit): retry later."""
+
+
+class NotReady(ScorekitError):
+    """The model is not loaded yet, or its worker died: retry later (another replica may answer)."""
+
+
+class ModelFailure(ScorekitError):
+    """The model raised on the batch that held this request's items."""

@@ -1,0 +1,56 @@
+"""What an endpoint asks an engine for, and what it gets back: plain data, no torch, no HTTP.
+
+A leaf module. The endpoints build these from a decoded body; :class:`~scorekit.engine.Engine` hands them to
+the backend that has the capability, which owns what a score is (sigmoid, cosine, label softmax).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+TruncationSide = Literal["left", "right"]
+
+# Names an input as the request spelled it, for an error: (side, index) -> "documents[3]". Side 0 is the
+# query side of a pair, side 1 the document side; a label-scoring request has only side 1, its items.
+ParamOf = Callable[[int, int], str]
+
+
+@dataclass(frozen=True, slots=True)
+class PairOptions:
+    """How a pair-scoring request wants its inputs cut and its scores finished."""
+
+    truncate: int | None = None  # truncate_prompt_tokens: None keeps all (over-long is a 400); -1 the maximum
+    side: TruncationSide | None = None
+    use_activation: bool | None = None  # cross-encoders: False returns the raw logit
+
+
+@dataclass(frozen=True, slots=True)
+class PairScores:
+    """One score per pair, in pair order, and the prompt tokens vLLM would count for the request."""
+
+    scores: list[float]
+    prompt_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class LabelQuery:
+    """``/generative_scoring``'s question: the next-token probability of each label after each prompt."""
+
+    query: str | list[int]
+    items: Sequence[str | list[int]]
+    label_token_ids: list[int]
+    apply_softmax: bool = True  # over the label tokens only; False: over the whole vocabulary
+    item_first: bool = False
+    add_special_tokens: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class LabelScores:
+    """Per item, each label's probability in ``label_token_ids`` order; usage as vLLM counts it."""
+
+    probabilities: list[list[float]]
+    prompt_tokens: int
+    prompts: int  # every item's prompt, repeats included: one completion token each
+    truncated_prompts: int
