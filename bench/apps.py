@@ -74,7 +74,7 @@ def scorekit_full() -> ASGIApp:
 def scorekit_metrics() -> ASGIApp:
     """The full stack plus the per-request Prometheus observer that ``create_app`` installs."""
     load = LoadCounter()
-    metrics = Metrics(load, queue_depth=lambda: 0)
+    metrics = Metrics(load, models=lambda: ())
     router = Router(_ROUTES, state=None, max_body_bytes=1 << 20, observer=metrics.observe_request)
     return LifecycleMiddleware(router, load=load)
 

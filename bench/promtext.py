@@ -16,6 +16,11 @@ def samples(text: str) -> dict[str, float]:
     return found
 
 
+def total(found: dict[str, float], name: str) -> float:
+    """A metric summed over its label sets (the per-model ones carry a ``model`` label)."""
+    return sum(value for key, value in found.items() if key == name or key.startswith(name + "{"))
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """The engine's counters at one instant; subtract two to get what happened in between."""
@@ -32,10 +37,10 @@ class Snapshot:
         s = samples(text)
         return cls(
             at=at,
-            batch_items=s.get("scorekit_batch_size_sum", 0.0),
-            batches=s.get("scorekit_batch_size_count", 0.0),
-            dropped=s.get("scorekit_items_dropped_total", 0.0),
-            queue_depth=s.get("scorekit_queue_depth", 0.0),
+            batch_items=total(s, "scorekit_batch_size_sum"),
+            batches=total(s, "scorekit_batch_size_count"),
+            dropped=total(s, "scorekit_items_dropped_total"),
+            queue_depth=total(s, "scorekit_queue_depth"),
             route_load=s.get(f'scorekit_route_load{{route="{route}"}}', 0.0),
         )
 

@@ -1,14 +1,16 @@
 """``create_app``: the ASGI app (LifecycleMiddleware → Router → endpoints) and its lifespan.
 
-The lifespan loads the model and starts its worker. A host app that mounts scorekit (Starlette
-and FastAPI do not run a mounted app's lifespan) composes :meth:`ScorekitApp.lifespan` into its own.
+The lifespan loads every served model and starts one engine (batcher and worker thread) per model. A host
+app that mounts scorekit (Starlette and FastAPI do not run a mounted app's lifespan) composes
+:meth:`ScorekitApp.lifespan` into its own.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
 
 import anyio.to_thread
 
@@ -26,8 +28,9 @@ from scorekit.logs import ensure_visible
 from scorekit.metrics import Metrics
 from scorekit.models import default_model_path, load_backend
 from scorekit.models.base import Backend
+from scorekit.registry import ModelRegistry
 from scorekit.routing import Alias, Route, Router
-from scorekit.settings import DEFAULT_MODEL_NAME, Settings
+from scorekit.settings import ModelSpec, Settings
 
 logger = logging.getLogger("scorekit.app")
 
@@ -36,16 +39,21 @@ class ScorekitApp:
     """The whole scorekit stack as one ASGI app."""
 
     def __init__(
-        self, settings: Settings, *, backend: Backend | None = None, routes: Iterable[Route | Alias] = ROUTES
+        self,
+        settings: Settings,
+        *,
+        backends: Mapping[str, Backend] | None = None,
+        routes: Iterable[Route | Alias] = ROUTES,
     ) -> None:
         self.settings = settings
-        self._backend = backend
+        self._backends = dict(backends or {})  # loaded already (by `scorekit serve`), keyed by served name
         table = tuple(routes)
         self.load = LoadCounter()
-        self.metrics = Metrics(self.load, queue_depth=self._queue_depth)
+        self.models = ModelRegistry(settings.served_models())
+        self.metrics = Metrics(self.load, models=self._model_gauges)
         self.state = ServerState(
             settings=settings,
-            served_model_name=settings.served_model_name or settings.model or DEFAULT_MODEL_NAME,
+            models=self.models,
             load=self.load,
             metrics=self.metrics,
             openapi=build_openapi(table, title="scorekit", version=__version__),
@@ -69,7 +77,8 @@ class ScorekitApp:
 
     @property
     def engine(self) -> Engine | None:
-        return self.state.engine
+        """The default model's engine (the first served model); None before it loads."""
+        return self.models.get(self.models.default)
 
     def begin_drain(self) -> None:
         """From now on, scoring requests and /health answer 503; requests in flight carry on."""
@@ -86,28 +95,27 @@ class ScorekitApp:
 
     @asynccontextmanager
     async def lifespan(self, _host: object = None) -> AsyncIterator[None]:
-        """Load the model and run its worker for the duration; usable as Starlette's ``lifespan=``."""
-        engine = await anyio.to_thread.run_sync(self._start_engine)
-        try:
-            yield
-        finally:
-            self.state.engine = None
-            await anyio.to_thread.run_sync(engine.stop, self.settings.shutdown_timeout)
+        """Load every model and run its worker for the duration; usable as Starlette's ``lifespan=``.
 
-    def _start_engine(self) -> Engine:
+        Models load one after another (each load already uses every core); a model that fails to load
+        stops the ones started before it."""
+        async with AsyncExitStack() as stack:
+            for served in self.models:
+                engine = await anyio.to_thread.run_sync(self._start_engine, served.spec)
+                stack.push_async_callback(self._stop_engine, served.name, engine)
+            yield
+
+    def _start_engine(self, spec: ModelSpec) -> Engine:
         ensure_visible()  # before the model loads: its load line is part of the start-up log too
-        settings = self.settings
-        backend = self._backend or load_backend(
-            settings.model or default_model_path(),
-            kind=settings.kind,
-            device=settings.device,
-            dtype=settings.dtype,
+        name = spec.served_name
+        backend = self._backends.get(name) or load_backend(
+            spec.path or default_model_path(), kind=spec.kind, device=spec.device, dtype=spec.dtype
         )
         engine = Engine(
             backend,
-            settings.engine,
-            on_batch=self.metrics.observe_batch,
-            on_dropped=self.metrics.observe_dropped,
+            spec.engine,
+            on_batch=partial(self.metrics.observe_batch, name),
+            on_dropped=partial(self.metrics.observe_dropped, name),
         )
         engine.start()
         logger.info(
@@ -116,13 +124,19 @@ class ScorekitApp:
             backend.name,
             backend.kind,
             backend.max_length,
-            self.state.served_model_name,
+            name,
         )
-        self.state.engine = engine
+        self.models.add(name, engine)
         return engine
 
-    def _queue_depth(self) -> int:
-        return self.state.engine.batcher.queued if self.state.engine else 0
+    async def _stop_engine(self, name: str, engine: Engine) -> None:
+        self.models.remove(name)
+        await anyio.to_thread.run_sync(engine.stop, self.settings.shutdown_timeout)
+
+    def _model_gauges(self) -> Iterator[tuple[str, int, int]]:
+        for served in self.models:
+            engine = served.engine
+            yield served.name, engine.batcher.queued if engine else 0, engine.active_requests if engine else 0
 
     async def _serve_lifespan(self, receive: Receive, send: Send) -> None:
         await receive()  # lifespan.startup
@@ -143,8 +157,10 @@ class ScorekitApp:
 def create_app(
     settings: Settings | None = None,
     *,
-    backend: Backend | None = None,
+    backends: Mapping[str, Backend] | None = None,
     routes: Iterable[Route | Alias] = ROUTES,
 ) -> ScorekitApp:
-    """The embedding entry point: an ASGI app for ``settings`` (default: the embedded MiniLM model)."""
-    return ScorekitApp(settings or Settings(), backend=backend, routes=routes)
+    """The embedding entry point: an ASGI app for ``settings`` (default: the embedded MiniLM model).
+
+    ``backends`` are models loaded already, by served name; the lifespan loads the others."""
+    return ScorekitApp(settings or Settings(), backends=backends, routes=routes)

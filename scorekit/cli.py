@@ -24,7 +24,7 @@ from scorekit import __version__
 from scorekit.choices import DTYPES, device_error, local_model
 from scorekit.connections import bind_listener
 from scorekit.logs import process_config, route_transformers
-from scorekit.settings import MODEL_KINDS, EngineConfig, Settings
+from scorekit.settings import MODEL_KINDS, EngineConfig, ModelSpec, Settings
 
 _ENGINE = EngineConfig()
 _SETTINGS = Settings()
@@ -35,6 +35,7 @@ examples:
   scorekit serve ./my-reranker --port 9000         a local model folder (its kind is detected)
   scorekit serve BAAI/bge-reranker-base --device cuda --dtype float16
   SCOREKIT_MAX_BATCH_TOKENS=8192 scorekit serve ./my-lm --model-kind causal-lm --served-model-name judge
+  scorekit serve --model ./my-reranker --model minilm=./all-MiniLM-L6-v2   two models; `model` picks one
 """
 
 
@@ -115,6 +116,7 @@ class _Flag:
     shown: str | None = None  # how --help words the default, when its value says nothing (None)
     choices: Sequence[str] | None = None
     metavar: str | None = None
+    repeat: bool = False  # may be given several times (a list); its variable holds one value
 
     @property
     def dest(self) -> str:
@@ -130,6 +132,8 @@ class _Flag:
         help = f"{self.text} (env {self.env}; default: {default})"
         if self.cast is _switch:
             parser.add_argument(f"--{self.name}", action="store_const", const=True, default=None, help=help)
+        elif self.repeat:
+            parser.add_argument(f"--{self.name}", type=self.cast, action="append", metavar=self.metavar, help=help)
         else:
             parser.add_argument(
                 f"--{self.name}", type=self.cast, choices=self.choices, metavar=self.metavar, default=None, help=help
@@ -141,7 +145,7 @@ class _Flag:
         if not raw:
             return self.default
         try:
-            value = self.cast(raw)
+            value = [self.cast(raw)] if self.repeat else self.cast(raw)
         except argparse.ArgumentTypeError as exc:
             raise _FlagError(f"environment variable {self.env}: {exc}") from None
         if self.choices is not None and value not in self.choices:
@@ -159,14 +163,22 @@ _FLAGS = (
         "model",
         _text,
         None,
-        "A local model folder or a hub name (or give it as MODEL)",
+        "A local model folder or a hub name (or give it as MODEL); NAME=MODEL serves it as NAME. Repeat it to"
+        " serve several models, each with its own batcher and worker; a request's `model` field picks one,"
+        " the first when it names none",
         "the embedded MiniLM",
-        metavar="MODEL",
+        metavar="[NAME=]MODEL",
+        repeat=True,
     ),
     _Flag(
-        "served-model-name", _text, None, "The name clients use in `model` fields", "the model as given", metavar="NAME"
+        "served-model-name",
+        _text,
+        None,
+        "The name clients use in `model` fields (one model only; name several with NAME=MODEL)",
+        "the model as given",
+        metavar="NAME",
     ),
-    _Flag("model-kind", str, None, "Override detection", "detected from config.json", MODEL_KINDS),
+    _Flag("model-kind", str, None, "Override detection (one model only)", "detected from config.json", MODEL_KINDS),
     _Flag("host", _text, "127.0.0.1", "Interface to bind", metavar="HOST"),
     _Flag("port", _whole(1, 65535), 8000, "Port to bind", metavar="PORT"),
     _Flag("device", _device, _SETTINGS.device, "torch device: cpu, cuda or cuda:N", metavar="DEVICE"),
@@ -252,30 +264,62 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def _fill(args: argparse.Namespace) -> None:
-    """MODEL is --model; flags left off the command line take their variable, else their default."""
+    """MODEL is --model; flags left off the command line take their variable, else their default. Then
+    ``args.models`` holds one ModelSpec per model to serve, the default first."""
     given = args.positional_model
     if given is not None:
-        if args.model is not None and args.model != given:
-            raise _FlagError(f"the model is given twice, and differently: MODEL {given!r} and --model {args.model!r}")
-        args.model = given
+        if args.model is not None and args.model != [given]:
+            first = args.model[0] if len(args.model) == 1 else args.model
+            raise _FlagError(
+                f"the model is given twice, and differently: MODEL {given!r} and --model {first!r}"
+                " (repeat --model to serve several)"
+            )
+        args.model = [given]
     for flag in _FLAGS:
         if getattr(args, flag.dest) is None:
             setattr(args, flag.dest, flag.from_env())
+    args.models = _model_specs(args)
+
+
+def _model_specs(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
+    """``[NAME=]MODEL`` entries as ModelSpecs sharing the device, dtype and engine flags."""
+    entries = args.model or [None]
+    if len(entries) > 1:
+        for flag in ("served_model_name", "model_kind"):
+            if getattr(args, flag) is not None:
+                option = "--" + flag.replace("_", "-")
+                raise _FlagError(f"{option} applies to one model; with several, name each as --model NAME=MODEL")
+    engine = EngineConfig(
+        max_batch_tokens=args.max_batch_tokens,
+        max_batch_size=args.max_batch_size,
+        max_queued_items=args.max_queued_items,
+        max_concurrent_requests=args.max_concurrent_requests,
+    )
+    specs = []
+    for entry in entries:
+        name, path = _named(entry) if entry is not None else (None, None)
+        specs.append(ModelSpec(path, name or args.served_model_name, args.model_kind, args.device, args.dtype, engine))
+    names = [spec.served_name for spec in specs]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise _FlagError(f"two models are served as {twice[0]!r}: give one of them another name with NAME=MODEL")
+    return tuple(specs)
+
+
+def _named(entry: str) -> tuple[str | None, str]:
+    """``NAME=MODEL`` split in two; a plain MODEL (one whose text names an existing path, '=' or not) has no
+    name of its own."""
+    name, separator, path = entry.partition("=")
+    if not separator or os.path.exists(entry):
+        return None, entry
+    if not name.strip() or not path.strip():
+        raise _FlagError(f"--model {entry!r}: NAME=MODEL needs both a name and a model")
+    return name, path
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
     return Settings(
-        model=args.model,
-        served_model_name=args.served_model_name,
-        kind=args.model_kind,
-        device=args.device,
-        dtype=args.dtype,
-        engine=EngineConfig(
-            max_batch_tokens=args.max_batch_tokens,
-            max_batch_size=args.max_batch_size,
-            max_queued_items=args.max_queued_items,
-            max_concurrent_requests=args.max_concurrent_requests,
-        ),
+        models=args.models,
         max_body_bytes=args.max_body_bytes,
         max_items_per_request=args.max_items_per_request,
         shutdown_timeout=args.shutdown_timeout,
@@ -285,10 +329,11 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def serve(args: argparse.Namespace) -> int:
-    """Load the model, then serve it until a signal ends the drain. A start-up error is one line and exit 1."""
+    """Load the models, then serve them until a signal ends the drain. A start-up error is one line and exit 1."""
     try:
-        if args.model is not None:
-            local_model(args.model)  # a missing folder: said at once, before torch loads
+        for spec in args.models:
+            if spec.path is not None:
+                local_model(spec.path)  # a missing folder: said at once, before torch loads
         sock = bind_listener(args.host, args.port)  # a busy port too, not after the model loaded
     except ValueError as exc:
         _fail(exc, args.debug)
@@ -302,14 +347,17 @@ def serve(args: argparse.Namespace) -> int:
     route_transformers(args.log_level)
     settings = settings_from(args)
     try:
-        backend = load_backend(
-            settings.model or default_model_path(), kind=settings.kind, device=settings.device, dtype=settings.dtype
-        )
+        backends = {
+            spec.served_name: load_backend(
+                spec.path or default_model_path(), kind=spec.kind, device=spec.device, dtype=spec.dtype
+            )
+            for spec in settings.served_models()
+        }
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
         _fail(exc, args.debug)
-    app = create_app(settings, backend=backend)
+    app = create_app(settings, backends=backends)
     return run_server(app, host=args.host, port=args.port, log_level=args.log_level, log_config=config, sock=sock)
 
 

@@ -32,7 +32,33 @@ class EngineConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """One served model: where its weights are, the name clients send as ``model``, and its engine's limits.
+    Each model gets its own engine (batcher, worker thread, limits), so one model's load never queues
+    behind another's."""
+
+    path: str | None = None  # a local folder or a hub name; None: the embedded all-MiniLM-L6-v2
+    name: str | None = None  # None: the path as given (the embedded model's hub name for it)
+    kind: ModelKind | None = None  # None: detected from the model's config
+    device: str = "cpu"
+    dtype: str = "auto"
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+    def __post_init__(self) -> None:
+        _check_kind(self, self.kind)
+        if self.name is not None and not self.name.strip():
+            raise ValueError("ModelSpec.name must not be empty")
+
+    @property
+    def served_name(self) -> str:
+        return self.name or self.path or DEFAULT_MODEL_NAME
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
+    """The server's settings. One model is given by ``model`` and the fields after it (the shorthand);
+    several by ``models``, which then replaces them (the first is the default for requests that name none)."""
+
     model: str | None = None  # None: the embedded all-MiniLM-L6-v2
     served_model_name: str | None = None
     kind: ModelKind | None = None  # None: detected from the model's config
@@ -44,6 +70,7 @@ class Settings:
     shutdown_timeout: float = 30.0
     limit_concurrency: int = 0  # most open connections; 0: derived from the open-file limit (connections.py)
     header_timeout: float = 10.0  # seconds a connection gets to send a complete request head
+    models: tuple[ModelSpec, ...] = ()
 
     def __post_init__(self) -> None:
         _at_least(self, "max_body_bytes", 1)
@@ -51,14 +78,32 @@ class Settings:
         _at_least(self, "limit_concurrency", 0)
         _seconds(self, "shutdown_timeout", zero=True)
         _seconds(self, "header_timeout", zero=False)
-        if self.kind is not None and self.kind not in MODEL_KINDS:
-            raise ValueError(f"Settings.kind must be one of {', '.join(MODEL_KINDS)} or None, not {self.kind!r}")
+        _check_kind(self, self.kind)
+        if self.models and (self.model is not None or self.served_model_name is not None or self.kind is not None):
+            raise ValueError("Settings.models replaces model, served_model_name and kind: give one or the other")
+        names = [spec.served_name for spec in self.models]
+        if len(set(names)) < len(names):
+            twice = sorted({name for name in names if names.count(name) > 1})
+            raise ValueError(f"Settings.models serves two models under one name: {', '.join(twice)}")
+
+    def served_models(self) -> tuple[ModelSpec, ...]:
+        """Every served model, the default first."""
+        if self.models:
+            return self.models
+        spec = ModelSpec(self.model, self.served_model_name, self.kind, self.device, self.dtype, self.engine)
+        return (spec,)
 
 
 def _at_least(settings: object, name: str, low: int) -> None:
     value = getattr(settings, name)
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise ValueError(f"{type(settings).__name__}.{name} must be a whole number, at least {low}, not {value!r}")
+
+
+def _check_kind(settings: object, kind: object) -> None:
+    if kind is not None and kind not in MODEL_KINDS:
+        name = type(settings).__name__
+        raise ValueError(f"{name}.kind must be one of {', '.join(MODEL_KINDS)} or None, not {kind!r}")
 
 
 def _seconds(settings: object, name: str, *, zero: bool) -> None:

@@ -1,4 +1,4 @@
-"""What the scoring endpoints share: typed decoding, the model check, request limits and response ids."""
+"""What the scoring endpoints share: typed decoding, request limits and response ids."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import anyio.to_thread
 import msgspec
 
 from scorekit.api.state import ServerState
-from scorekit.errors import UnknownModel
 from scorekit.http import Request, bad_request
 
 S = TypeVar("S", bound=msgspec.Struct)
@@ -60,13 +59,6 @@ def _log_ignored_fields(body: bytes, kind: type[msgspec.Struct]) -> None:
     ignored = sorted(set(raw) - set(kind.__struct_fields__))
     if ignored:
         logger.debug("The following fields were present in the request but ignored: %s", ignored)
-
-
-def check_model(state: ServerState, model: str | None) -> str:
-    """The served name; any other non-empty name is a 404 (as vLLM answers)."""
-    if model and model != state.served_model_name:
-        raise UnknownModel(model)
-    return state.served_model_name
 
 
 def response_id(request: Request, prefix: str) -> str:

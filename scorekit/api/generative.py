@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scorekit.api.common import check_count, check_model, decode, now, response_id
+from scorekit.api.common import check_count, decode, now, response_id
 from scorekit.api.state import ServerState
 from scorekit.http import Request
 from scorekit.schemas import (
@@ -17,8 +17,7 @@ from scorekit.tasks import LabelQuery
 async def generative_scoring(request: Request) -> GenerativeScoringResponse:
     state: ServerState = request.state
     body = await decode(request, GenerativeScoringRequest)
-    model = check_model(state, body.model)
-    engine = state.ready_engine()
+    model, engine = state.models.resolve(body.model)
     check_count(state, len(body.items), "items")
     check_count(state, len(body.label_token_ids), "label_token_ids")  # each item returns one float per label
     query = LabelQuery(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from msgspec import UNSET
 
-from scorekit.api.common import check_count, check_model, decode, response_id
+from scorekit.api.common import check_count, decode, response_id
 from scorekit.api.state import ServerState
 from scorekit.http import Request, bad_request
 from scorekit.schemas import RerankDocument, RerankRequest, RerankResponse, RerankResult, RerankUsage
@@ -14,13 +14,12 @@ from scorekit.tasks import PairOptions
 async def rerank(request: Request) -> RerankResponse:
     state: ServerState = request.state
     body = await decode(request, RerankRequest)
-    model = check_model(state, body.model)
+    model, engine = state.models.resolve(body.model)
     if not body.documents:
         raise bad_request("At least one text_pair element must be given", "documents")
     check_count(state, len(body.documents), "documents")
     texts = [doc if isinstance(doc, str) else doc.text for doc in body.documents]
     options = PairOptions(body.truncate_prompt_tokens, body.truncation_side, body.use_activation)
-    engine = state.ready_engine()
     result = await engine.score_pairs(
         [body.query], texts, options, lambda side, i: "query" if side == 0 else f"documents[{i}]"
     )

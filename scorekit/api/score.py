@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scorekit.api.common import check_count, check_model, decode, now, response_id
+from scorekit.api.common import check_count, decode, now, response_id
 from scorekit.api.state import ServerState
 from scorekit.http import Request, bad_request
 from scorekit.schemas import ScoreData, ScoreRequest, ScoreResponse, TextSide, Usage
@@ -15,11 +15,10 @@ _SIDE_FIELDS = ("queries", "documents", "items", "data_1", "data_2", "text_1", "
 async def score(request: Request) -> ScoreResponse:
     state: ServerState = request.state
     body = await decode(request, ScoreRequest)
-    model = check_model(state, body.model)
+    model, engine = state.models.resolve(body.model)
     names, side1, side2 = _sides(body)
     check_count(state, max(len(side1), len(side2)), names[1])
     options = PairOptions(body.truncate_prompt_tokens, body.truncation_side, body.use_activation)
-    engine = state.ready_engine()
     result = await engine.score_pairs(side1, side2, options, lambda side, i: f"{names[side]}[{i}]")
     return ScoreResponse(
         id=response_id(request, "score"),

@@ -14,14 +14,18 @@ from scorekit.schemas import LoadResponse, ModelCard, ModelList, ModelPermission
 
 
 async def health(request: Request) -> Response:
-    """200 with an empty body while the model worker is alive; 503 saying why otherwise."""
+    """200 with an empty body while every model's worker is alive; 503 saying why otherwise. A load balancer
+    takes a replica with one dead model out of rotation: its requests would fail here and succeed elsewhere."""
     state: ServerState = request.state
-    engine = state.engine
-    if engine is not None and not engine.worker.alive and engine.worker.death is not None:
-        raise HTTPError(503, f"The model worker died: {type(engine.worker.death).__name__}.")
+    for served in state.models:
+        death = served.engine.worker.death if served.engine is not None else None
+        if death is not None:
+            whose = "model" if len(state.models.names) == 1 else f"model `{served.name}`"
+            raise HTTPError(503, f"The {whose} worker died: {type(death).__name__}.")
     if state.draining:
         raise shutting_down()
-    state.ready_engine()
+    for name in state.models.names:
+        state.models.resolve(name)  # NotReady (503) while a model is still loading
     return Response(b"", media_type=None)
 
 
@@ -31,17 +35,20 @@ async def load(request: Request) -> LoadResponse:
 
 
 async def models(request: Request) -> ModelList:
-    """vLLM's model list, with ``root`` naming where the weights came from (see ``_weights_root``)."""
+    """vLLM's model list, every served model in order, the default first, with ``root`` naming where the
+    weights came from (see ``_weights_root``)."""
     state: ServerState = request.state
-    engine = state.engine
-    card = ModelCard(
-        id=state.served_model_name,
-        created=state.started_at,
-        root=_weights_root(state.settings.model or default_model_path()),
-        max_model_len=engine.backend.max_length if engine else 0,
-        permission=[ModelPermission(id=f"modelperm-{uuid.uuid4().hex}", created=state.started_at)],
-    )
-    return ModelList(data=[card])
+    cards = [
+        ModelCard(
+            id=served.name,
+            created=state.started_at,
+            root=_weights_root(served.spec.path or default_model_path()),
+            max_model_len=served.engine.backend.max_length if served.engine else 0,
+            permission=[ModelPermission(id=f"modelperm-{uuid.uuid4().hex}", created=state.started_at)],
+        )
+        for served in state.models
+    ]
+    return ModelList(data=cards)
 
 
 def _weights_root(model: str) -> str:

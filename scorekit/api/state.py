@@ -1,15 +1,14 @@
-"""What every endpoint reaches through ``request.state``: the engine and the server's bookkeeping."""
+"""What every endpoint reaches through ``request.state``: the served models and the server's bookkeeping."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 
-from scorekit.engine import Engine
-from scorekit.errors import NotReady
 from scorekit.http import HTTPError
 from scorekit.load import LoadCounter
 from scorekit.metrics import Metrics
+from scorekit.registry import ModelRegistry
 from scorekit.routing import Route
 from scorekit.settings import Settings
 
@@ -17,10 +16,9 @@ from scorekit.settings import Settings
 @dataclass
 class ServerState:
     settings: Settings
-    served_model_name: str
+    models: ModelRegistry
     load: LoadCounter
     metrics: Metrics
-    engine: Engine | None = None
     draining: bool = False
     openapi: bytes = b"{}"
     started_at: int = field(default_factory=lambda: int(time.time()))
@@ -32,12 +30,6 @@ class ServerState:
         nor holds up the drain."""
         if self.draining and route.counts_as_load:
             raise shutting_down()
-
-    def ready_engine(self) -> Engine:
-        """The engine, if it can take work now; otherwise a 503 that says why."""
-        if self.engine is None or not self.engine.ready:
-            raise NotReady("The model is not ready.")
-        return self.engine
 
 
 def shutting_down(message: str = "The server is shutting down.") -> HTTPError:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from pathlib import Path
 
 import pytest
 
@@ -95,7 +97,30 @@ def test_variables_fill_what_the_command_line_leaves_out(monkeypatch: pytest.Mon
 
 
 def test_defaults_are_the_settings_defaults() -> None:
-    assert settings_from(parse(["serve"])) == Settings(engine=EngineConfig())
+    parsed = settings_from(parse(["serve"]))
+    assert parsed.served_models() == Settings(engine=EngineConfig()).served_models()
+    assert dataclasses.replace(parsed, models=()) == Settings()
+
+
+def test_several_models_are_named_and_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    odd = tmp_path / "a=b"  # an existing path with '=' in it is a plain MODEL
+    odd.mkdir()
+    args = parse(
+        ["serve", "--model", "./rr", "--model", "mini=org/minilm", "--model", str(odd), "--max-batch-size", "4"]
+    )
+    assert [(spec.served_name, spec.path, spec.engine.max_batch_size) for spec in args.models] == [
+        ("./rr", "./rr", 4),
+        ("mini", "org/minilm", 4),
+        (str(odd), str(odd), 4),
+    ]
+    two = ["serve", "--model", "a", "--model", "b"]
+    assert "--model-kind applies to one model" in refused([*two, "--model-kind", "bi-encoder"], capsys)
+    assert "--served-model-name applies to one model" in refused([*two, "--served-model-name", "x"], capsys)
+    assert "two models are served as 'x'" in refused(["serve", "--model", "x=a", "--model", "x=b"], capsys)
+    assert "needs both a name and a model" in refused(["serve", "--model", "=a"], capsys)
+    assert "repeat --model to serve several" in refused(["serve", "a", "--model", "b"], capsys)
+    one = parse(["serve", "judge=./lm", "--model-kind", "causal-lm"]).models
+    assert [(spec.served_name, spec.path, spec.kind) for spec in one] == [("judge", "./lm", "causal-lm")]
 
 
 def test_device_and_dtype_are_checked_while_parsing(capsys: pytest.CaptureFixture[str]) -> None:
@@ -107,11 +132,11 @@ def test_device_and_dtype_are_checked_while_parsing(capsys: pytest.CaptureFixtur
 
 
 def test_the_model_may_be_positional(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    assert parse(["serve", "./my-reranker", "--port", "9000"]).model == "./my-reranker"
-    assert parse(["serve", "--port", "9000", "org/name"]).model == "org/name"
-    assert parse(["serve", "org/name", "--model", "org/name"]).model == "org/name"
+    assert parse(["serve", "./my-reranker", "--port", "9000"]).model == ["./my-reranker"]
+    assert parse(["serve", "--port", "9000", "org/name"]).model == ["org/name"]
+    assert parse(["serve", "org/name", "--model", "org/name"]).model == ["org/name"]
     monkeypatch.setenv("SCOREKIT_MODEL", "org/other")
-    assert parse(["serve", "org/name"]).model == "org/name"  # the command line wins over the variable
+    assert parse(["serve", "org/name"]).model == ["org/name"]  # the command line wins over the variable
     line = refused(["serve", "org/name", "--model", "org/other"], capsys)
     assert "given twice" in line and "'org/name'" in line and "'org/other'" in line
     assert "must not be empty" in refused(["serve", "--model", ""], capsys)

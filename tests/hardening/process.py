@@ -71,7 +71,8 @@ def until(condition: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def queued(live: Live) -> float:
-    return scrape(live).get(("scorekit_queue_depth", ()), 0.0)
+    """Items queued for every model."""
+    return sum(value for (name, _), value in scrape(live).items() if name == "scorekit_queue_depth")
 
 
 def start_slow(live: Live, documents: list[str]) -> tuple[threading.Thread, dict[str, Any]]:

@@ -13,10 +13,11 @@ import threading
 import time
 from typing import Any
 
-from scorekit.settings import EngineConfig, Settings
+from scorekit.settings import DEFAULT_MODEL_NAME, EngineConfig, Settings
 from tests.hardening.conftest import Sample, docs, json_head, reset, running, scrape
 from tests.live import Live
 
+MODEL = DEFAULT_MODEL_NAME  # the label of every per-model metric of the one served model
 BIG = {"query": "topic 3 in some detail", "documents": docs(2000, words=4), "return_documents": False}
 
 
@@ -46,7 +47,7 @@ def _during_big_rerank(live: Live) -> dict[Sample, float]:
 
     def busy() -> bool:
         samples.update(scrape(live))
-        return _value(samples, "scorekit_queue_depth") > 0 or done.is_set()
+        return _value(samples, "scorekit_queue_depth", model=MODEL) > 0 or done.is_set()
 
     _until(busy)
     thread.join(120)
@@ -67,7 +68,7 @@ def test_metrics_move_with_traffic() -> None:
         during = _during_big_rerank(live)
         assert _value(during, "scorekit_route_load", route="/rerank") == 1
         assert _value(during, "scorekit_load") >= 2  # the rerank, and this scrape itself
-        assert _value(during, "scorekit_queue_depth") > 0
+        assert _value(during, "scorekit_queue_depth", model=MODEL) > 0
 
         # A client that leaves during a 2000-document rerank: its queued items are dropped, counted as 499.
         body = json.dumps(BIG).encode()
@@ -99,18 +100,22 @@ def test_metrics_move_with_traffic() -> None:
             "scorekit_request_duration_seconds_sum", route="/score"
         )
 
-        batch_count = delta("scorekit_batch_size_count")
+        batch_count = delta("scorekit_batch_size_count", model=MODEL)
         assert batch_count >= 2000 / 16
-        assert delta("scorekit_batch_size_sum") >= 2001 + 4 * 2  # every item that ran is in some batch
-        assert _value(after, "scorekit_batch_size_bucket", le="16.0") == _value(after, "scorekit_batch_size_count")
-        assert delta("scorekit_batch_tokens_count") == batch_count
-        assert delta("scorekit_batch_tokens_sum") > delta("scorekit_batch_size_sum")  # more than a token per item
+        assert delta("scorekit_batch_size_sum", model=MODEL) >= 2001 + 4 * 2  # every item that ran is in some batch
+        assert _value(after, "scorekit_batch_size_bucket", model=MODEL, le="16.0") == _value(
+            after, "scorekit_batch_size_count", model=MODEL
+        )
+        assert delta("scorekit_batch_tokens_count", model=MODEL) == batch_count
+        assert delta("scorekit_batch_tokens_sum", model=MODEL) > delta(
+            "scorekit_batch_size_sum", model=MODEL
+        )  # more than a token per item
 
-        dropped = delta("scorekit_items_dropped_total")
+        dropped = delta("scorekit_items_dropped_total", model=MODEL)
         assert 0 < dropped <= 2001
         assert engine.worker.stats.items_of_cancelled_jobs <= 16  # at most the batch running when it left
 
         # Back to idle: the load gauges fall to 0 (a route with no load is left out), the queue is empty.
         assert _value(after, "scorekit_route_load", route="/rerank") == 0
-        assert _value(after, "scorekit_queue_depth") == 0
+        assert _value(after, "scorekit_queue_depth", model=MODEL) == 0
         assert _value(after, "scorekit_load") == 1  # this scrape
