@@ -17,9 +17,8 @@ from typing import Any
 
 import msgspec
 
-from scorekit.asgi import Receive, Scope, Send
+from scorekit.asgi import Receive, Scope, Send, lifecycle_hooks
 from scorekit.http import HTTPError, Request, Response
-from scorekit.lifecycle import lifecycle_of
 
 Endpoint = Callable[[Request], Awaitable[msgspec.Struct | Response]]
 
@@ -122,7 +121,7 @@ class Router:
                 if self._gate is not None:
                     # Before the load label: a refused request (a drain's 503) is never load.
                     self._gate(target.route)
-                lifecycle = lifecycle_of(scope)
+                lifecycle = lifecycle_hooks(scope)
                 if lifecycle is not None and target.route.counts_as_load:
                     lifecycle.set_route(label)
                 response = await self._call_endpoint(target.route, scope, receive)
@@ -152,7 +151,7 @@ class Router:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
         body = b""
         if route.method == "POST":
-            lifecycle = lifecycle_of(scope)
+            lifecycle = lifecycle_hooks(scope)
             if lifecycle is not None:
                 lifecycle.on_broken_body(_answer_broken_body)
             body = await self._read_body(receive, headers)
