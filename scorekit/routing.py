@@ -73,8 +73,9 @@ class ClientGone(Exception):
 RequestObserver = Callable[[str, int, float], None]
 # Turns an exception an endpoint let out into its answer, given the route's ``api`` name; None: a 500.
 ErrorMapper = Callable[[Exception, str], HTTPError | None]
-# Runs once a request is routed, before its body is read; raising HTTPError refuses it (e.g. draining).
-RouteGate = Callable[[Route], None]
+# Runs once a request is routed, before its body is read, with the route's ``counts_as_load``; raising
+# HTTPError refuses it (e.g. draining). A bool, not the Route, so the gate's owner needs nothing from here.
+RouteGate = Callable[[bool], None]
 
 
 class Router:
@@ -120,7 +121,7 @@ class Router:
                 label = target.route.path
                 if self._gate is not None:
                     # Before the load label: a refused request (a drain's 503) is never load.
-                    self._gate(target.route)
+                    self._gate(target.route.counts_as_load)
                 lifecycle = lifecycle_hooks(scope)
                 if lifecycle is not None and target.route.counts_as_load:
                     lifecycle.set_route(label)
