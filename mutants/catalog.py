@@ -23,6 +23,7 @@ class Mutant:
 
 LIFECYCLE = "scorekit/lifecycle.py"
 BATCHING = "scorekit/batching.py"
+JOBS = "scorekit/jobs.py"
 WORKER = "scorekit/worker.py"
 
 _HOLES = "tests/property/test_lifecycle_holes.py::"
@@ -386,10 +387,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "            self.load.exit()",
         (_LOAD + "test_L3_load_back_to_zero", _LOAD + "test_L1_load_never_negative"),
     ),
-    # -- the batcher ------------------------------------------------------------------------------------
+    # -- the batcher and its jobs (jobs.py) ------------------------------------------------------------
     Mutant(
         "B01",
-        BATCHING,
+        JOBS,
         "a job's items are not sorted by length (more padding)",
         "deque(sorted(range(len(self.inputs)), key=lambda i: self.inputs[i].cost))",
         "deque(range(len(self.inputs)))",
@@ -397,7 +398,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "B02",
-        BATCHING,
+        JOBS,
         "a delivered result does not count down: the job never finishes",
         "        self._remaining -= 1\n",
         "",
@@ -405,7 +406,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "B03",
-        BATCHING,
+        JOBS,
         "a late result after the job failed is still counted (notify twice, the error kept beside results)",
         "        if self.done:\n            return\n        self.results[index] = output",
         "        self.results[index] = output",
@@ -413,7 +414,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "B04",
-        BATCHING,
+        JOBS,
         "a second failure overwrites the first and notifies again",
         "        if not self.done:\n            self.error = error\n            self._finish()",
         "        self.error = error\n        self._finish()",
@@ -537,7 +538,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "W02",
         WORKER,
         "a dying worker leaves the queued jobs unanswered",
-        "            self.batcher.fail_all(failure)\n",
+        "            self._on_death(failure)\n",
         "",
         (_WORKER_DEATH,),
     ),

@@ -1,12 +1,38 @@
-"""ASGI type aliases shared by every layer (no behaviour lives here)."""
+"""ASGI type aliases shared by every layer, and the small protocol through which the router reaches the
+request's lifecycle: the router and the lifecycle middleware meet here, so neither imports the other."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, Protocol
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+# Sends a whole response through the given ``send``.
+Answer = Callable[[Send], Awaitable[None]]
+
+# The top-level scope key under which the layer that owns a request publishes its lifecycle (its hooks).
+LIFECYCLE_KEY = "scorekit.lifecycle"
+
+
+class LifecycleHooks(Protocol):
+    """What a layer below the request's owner (the router) may ask of it; ``lifecycle.Lifecycle`` is one."""
+
+    def set_route(self, route: str) -> None:
+        """Label the request's load with its canonical route."""
+
+    def on_broken_body(self, answer: Answer) -> None:
+        """Send ``answer`` if the body never completes and nothing has been sent."""
+
+
+def lifecycle_hooks(scope: Scope) -> LifecycleHooks | None:
+    """The hooks of the lifecycle that owns this request, or None outside a LifecycleMiddleware.
+
+    Only the owner writes ``LIFECYCLE_KEY``, so what is there is trusted: no per-request ``isinstance`` against
+    a runtime-checkable protocol, which costs about a hundred times a plain class check."""
+    hooks: LifecycleHooks | None = scope.get(LIFECYCLE_KEY)
+    return hooks

@@ -12,66 +12,19 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 
+from scorekit.jobs import Job, WorkItem
 from scorekit.models.base import Encoded
+
+# What the engine queues: tokenized inputs in, one output tensor per input back.
+ModelJob = Job[Encoded, torch.Tensor]
+ModelItem = WorkItem[Encoded, torch.Tensor]
 
 
 class QueueFull(Exception):
     """Admitting this job would pass ``max_queued_items``; the caller should answer 503."""
-
-
-@dataclass(eq=False)
-class Job:
-    """One request's items and their results. The worker thread writes; ``notify`` says it is done.
-
-    ``notify`` is called exactly once, from the worker thread, when every result is in or the job
-    failed; it must only schedule a wake-up on the event loop, never block.
-    """
-
-    inputs: list[Encoded]
-    notify: Callable[[], None]
-    results: list[torch.Tensor | None] = field(init=False)
-    error: BaseException | None = field(default=None, init=False)
-    cancelled: bool = field(default=False, init=False)
-    done: bool = field(default=False, init=False)
-    _pending: deque[int] = field(init=False)
-    _remaining: int = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.results = [None] * len(self.inputs)
-        self._pending = deque(sorted(range(len(self.inputs)), key=lambda i: self.inputs[i].cost))
-        self._remaining = len(self.inputs)
-
-    def deliver(self, index: int, output: torch.Tensor) -> None:
-        if self.done:
-            return
-        self.results[index] = output
-        self._remaining -= 1
-        if self._remaining == 0:
-            self._finish()
-
-    def fail(self, error: BaseException) -> None:
-        if not self.done:
-            self.error = error
-            self._finish()
-
-    def _finish(self) -> None:
-        self.done = True
-        self.notify()
-
-
-@dataclass(frozen=True, slots=True)
-class WorkItem:
-    job: Job
-    index: int
-
-    @property
-    def encoded(self) -> Encoded:
-        return self.job.inputs[self.index]
 
 
 class Batcher:
@@ -82,7 +35,7 @@ class Batcher:
         self.max_batch_size = max_batch_size
         self.max_queued_items = max_queued_items
         self._ready = threading.Condition()
-        self._jobs: deque[Job] = deque()
+        self._jobs: deque[ModelJob] = deque()
         self._queued = 0
         self._closed = False
 
@@ -90,7 +43,7 @@ class Batcher:
     def queued(self) -> int:
         return self._queued
 
-    def submit(self, job: Job) -> None:
+    def submit(self, job: ModelJob) -> None:
         with self._ready:
             if self._closed:
                 raise QueueFull("the worker is shutting down")
@@ -103,7 +56,7 @@ class Batcher:
             self._queued += len(job.inputs)
             self._ready.notify()
 
-    def cancel(self, job: Job) -> int:
+    def cancel(self, job: ModelJob) -> int:
         """Drop the job's items that have not run yet; return how many were dropped."""
         with self._ready:
             job.cancelled = True
@@ -130,7 +83,7 @@ class Batcher:
                 job.fail(error)
             self._ready.notify_all()
 
-    def next_batch(self) -> list[WorkItem] | None:
+    def next_batch(self) -> list[ModelItem] | None:
         """Block until there is work, then cut one batch; None once closed and drained."""
         with self._ready:
             while not self._jobs:
@@ -139,12 +92,12 @@ class Batcher:
                 self._ready.wait()
             return self._cut()
 
-    def _cut(self) -> list[WorkItem]:
+    def _cut(self) -> list[ModelItem]:
         """One item from every queued job first (nobody starves), then fill from the shortest jobs."""
-        batch: list[WorkItem] = []
+        batch: list[ModelItem] = []
         longest = 0
 
-        def take(job: Job) -> bool:
+        def take(job: ModelJob) -> bool:
             nonlocal longest
             index = job._pending[0]
             cost = max(longest, job.inputs[index].cost)

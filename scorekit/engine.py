@@ -24,7 +24,7 @@ import anyio.lowlevel
 import anyio.to_thread
 import torch
 
-from scorekit.batching import Batcher, Job, QueueFull
+from scorekit.batching import Batcher, ModelJob, QueueFull
 from scorekit.errors import InputTooLong, InvalidRequest, NotReady, Overloaded, Unsupported
 from scorekit.models.base import Backend, Checkpoint, Encoded, LabelScorer, PairScorer, Plan, no_checkpoint
 from scorekit.settings import EngineConfig
@@ -69,7 +69,13 @@ class Engine:
             max_batch_size=config.max_batch_size,
             max_queued_items=config.max_queued_items,
         )
-        self.worker = ModelWorker(backend, self.batcher, on_batch=on_batch)
+        self.worker = ModelWorker(
+            backend,
+            next_batch=self.batcher.next_batch,
+            close=self.batcher.close,
+            on_death=self.batcher.fail_all,
+            on_batch=on_batch,
+        )
         self._on_dropped = on_dropped
         self._active = 0
         self.stats = EngineStats()
@@ -163,7 +169,7 @@ class Engine:
     async def run(self, inputs: list[Encoded]) -> list[torch.Tensor]:
         """Queue the inputs as one job and wait for every output (or the batch's error)."""
         done = anyio.Event()
-        job = Job(inputs, notify=_wake_loop(done.set))
+        job = ModelJob(inputs, notify=_wake_loop(done.set))
         try:
             self.batcher.submit(job)
         except QueueFull as exc:

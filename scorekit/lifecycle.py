@@ -15,22 +15,18 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from scorekit.asgi import ASGIApp, Message, Receive, Scope, Send
+from scorekit.asgi import LIFECYCLE_KEY as SCOPE_KEY
+from scorekit.asgi import Answer, ASGIApp, LifecycleHooks, Message, Receive, Scope, Send
 from scorekit.load import LoadCounter
 
-SCOPE_KEY = "scorekit.lifecycle"
 DEFAULT_MAX_BUFFER_BYTES = 1 << 20
 
 logger = logging.getLogger("scorekit.lifecycle")
-
-# Sends a whole response through the given ``send``.
-Answer = Callable[[Send], Awaitable[None]]
 
 
 def lifecycle_of(scope: Scope) -> Lifecycle | None:
@@ -39,8 +35,10 @@ def lifecycle_of(scope: Scope) -> Lifecycle | None:
     return found if isinstance(found, Lifecycle) else None
 
 
-class Lifecycle:
-    """What one request's owner layer knows: the body buffer, the response state, the disconnect."""
+class Lifecycle(LifecycleHooks):
+    """What one request's owner layer knows: the body buffer, the response state, the disconnect.
+
+    The router reaches it through :class:`~scorekit.asgi.LifecycleHooks`, without importing this module."""
 
     def __init__(
         self,

@@ -17,9 +17,8 @@ from typing import Any
 
 import msgspec
 
-from scorekit.asgi import Receive, Scope, Send
+from scorekit.asgi import Receive, Scope, Send, lifecycle_hooks
 from scorekit.http import HTTPError, Request, Response
-from scorekit.lifecycle import lifecycle_of
 
 Endpoint = Callable[[Request], Awaitable[msgspec.Struct | Response]]
 
@@ -74,8 +73,9 @@ class ClientGone(Exception):
 RequestObserver = Callable[[str, int, float], None]
 # Turns an exception an endpoint let out into its answer, given the route's ``api`` name; None: a 500.
 ErrorMapper = Callable[[Exception, str], HTTPError | None]
-# Runs once a request is routed, before its body is read; raising HTTPError refuses it (e.g. draining).
-RouteGate = Callable[[Route], None]
+# Runs once a request is routed, before its body is read, with the route's ``counts_as_load``; raising
+# HTTPError refuses it (e.g. draining). A bool, not the Route, so the gate's owner needs nothing from here.
+RouteGate = Callable[[bool], None]
 
 
 class Router:
@@ -121,8 +121,8 @@ class Router:
                 label = target.route.path
                 if self._gate is not None:
                     # Before the load label: a refused request (a drain's 503) is never load.
-                    self._gate(target.route)
-                lifecycle = lifecycle_of(scope)
+                    self._gate(target.route.counts_as_load)
+                lifecycle = lifecycle_hooks(scope)
                 if lifecycle is not None and target.route.counts_as_load:
                     lifecycle.set_route(label)
                 response = await self._call_endpoint(target.route, scope, receive)
@@ -152,7 +152,7 @@ class Router:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
         body = b""
         if route.method == "POST":
-            lifecycle = lifecycle_of(scope)
+            lifecycle = lifecycle_hooks(scope)
             if lifecycle is not None:
                 lifecycle.on_broken_body(_answer_broken_body)
             body = await self._read_body(receive, headers)

@@ -3,6 +3,9 @@
 torch releases the GIL inside its kernels, so the event loop keeps serving while a batch runs.
 A model error fails only the jobs in that batch; anything that escapes the loop kills the thread,
 and :attr:`ModelWorker.death` says why (``/health`` turns 503).
+
+The worker never sees the queue it is fed from: the engine hands it callables (take the next batch, close
+the queue, fail what waits), so the batcher above it can change without touching it.
 """
 
 from __future__ import annotations
@@ -15,12 +18,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from scorekit.batching import Batcher, WorkItem
 from scorekit.errors import ModelFailure
-from scorekit.models.base import Backend
+from scorekit.jobs import WorkItem
+from scorekit.models.base import Backend, Encoded
 
 logger = logging.getLogger("scorekit.worker")
 BatchObserver = Callable[[int, int], None]
+Batch = list[WorkItem[Encoded, torch.Tensor]]
+# Blocks until there is work; None once the queue is closed and drained.
+NextBatch = Callable[[], Batch | None]
+# Called once, with the failure, when the worker dies: answer every queued job with it and queue no more.
+DeathHandler = Callable[[BaseException], None]
 
 
 @dataclass
@@ -36,9 +44,21 @@ class WorkerStats:
 
 
 class ModelWorker:
-    def __init__(self, backend: Backend, batcher: Batcher, *, on_batch: BatchObserver | None = None) -> None:
+    """Runs ``next_batch()``'s batches on ``backend`` until it returns None; ``close`` makes it do so."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        next_batch: NextBatch,
+        close: Callable[[], None],
+        on_death: DeathHandler,
+        on_batch: BatchObserver | None = None,
+    ) -> None:
         self.backend = backend
-        self.batcher = batcher
+        self._next_batch = next_batch
+        self._close = close
+        self._on_death = on_death
         self.stats = WorkerStats()
         self.death: BaseException | None = None
         self._on_batch = on_batch
@@ -52,14 +72,14 @@ class ModelWorker:
         self._thread.start()
 
     def stop(self, timeout: float | None = None) -> None:
-        self.batcher.close()
+        self._close()
         if self._thread.is_alive():
             self._thread.join(timeout)
 
     def _run(self) -> None:
-        batch: list[WorkItem] = []
+        batch: Batch = []
         try:
-            while (next_batch := self.batcher.next_batch()) is not None:
+            while (next_batch := self._next_batch()) is not None:
                 batch = next_batch
                 self._run_batch(batch)
         except BaseException as exc:
@@ -69,10 +89,10 @@ class ModelWorker:
             failure = ModelFailure(f"The model worker died ({type(exc).__name__}).")
             for item in batch:
                 item.job.fail(failure)
-            self.batcher.fail_all(failure)
+            self._on_death(failure)
             raise
 
-    def _run_batch(self, batch: list[WorkItem]) -> None:
+    def _run_batch(self, batch: Batch) -> None:
         tokens = max(item.encoded.cost for item in batch) * len(batch)
         jobs = {id(item.job): item.job for item in batch}
         logger.debug("batch: %d items from %d requests, %d padded tokens", len(batch), len(jobs), tokens)

@@ -1,8 +1,10 @@
-"""/openapi.json, generated from the route table and the msgspec Structs (never written by hand)."""
+"""/openapi.json, generated from the route table and the msgspec Structs (never written by hand).
+
+It describes the router's table, so it sits with the router in the layers (docs/architecture.md) and imports
+no endpoint; ``api/service.py`` serves the document that ``app.py`` builds with it."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -37,16 +39,6 @@ def build_openapi(table: Iterable[Route | Alias], *, title: str, version: str) -
         "components": {"schemas": components},
     }
     return msgspec.json.encode(document)
-
-
-@functools.lru_cache(maxsize=16)
-def mounted(document: bytes, root_path: str) -> bytes:
-    """``document`` as seen under a mount: a ``servers`` entry with the prefix, so clients generated
-    from it call ``/scoring/rerank`` and not ``/rerank``. Built once per prefix (a process has one or two)."""
-    if not root_path:
-        return document
-    decoded = msgspec.json.decode(document)
-    return msgspec.json.encode({**decoded, "servers": [{"url": root_path}]})
 
 
 def _operation(route: Route, path: str) -> dict[str, Any]:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from pathlib import Path
 
-from scorekit.api.openapi import mounted
+import msgspec
+
 from scorekit.api.state import ServerState, shutting_down
 from scorekit.http import HTTPError, Request, Response
 from scorekit.metrics import CONTENT_TYPE
-from scorekit.models import default_model_path
 from scorekit.schemas import LoadResponse, ModelCard, ModelList, ModelPermission
 
 
@@ -42,7 +43,7 @@ async def models(request: Request) -> ModelList:
         ModelCard(
             id=served.name,
             created=state.started_at,
-            root=_weights_root(served.spec.path or default_model_path()),
+            root=_weights_root(served.engine.backend.name if served.engine else served.spec.path or ""),
             max_model_len=served.engine.backend.max_length if served.engine else 0,
             permission=[ModelPermission(id=f"modelperm-{uuid.uuid4().hex}", created=state.started_at)],
         )
@@ -65,4 +66,14 @@ async def metrics(request: Request) -> Response:
 
 async def openapi(request: Request) -> Response:
     state: ServerState = request.state
-    return Response(mounted(state.openapi, request.root_path))
+    return Response(_mounted(state.openapi, request.root_path))
+
+
+@functools.lru_cache(maxsize=16)
+def _mounted(document: bytes, root_path: str) -> bytes:
+    """``document`` as seen under a mount: a ``servers`` entry with the prefix, so clients generated
+    from it call ``/scoring/rerank`` and not ``/rerank``. Built once per prefix (a process has one or two)."""
+    if not root_path:
+        return document
+    decoded = msgspec.json.decode(document)
+    return msgspec.json.encode({**decoded, "servers": [{"url": root_path}]})

@@ -9,7 +9,6 @@ from scorekit.http import HTTPError
 from scorekit.load import LoadCounter
 from scorekit.metrics import Metrics
 from scorekit.registry import ModelRegistry
-from scorekit.routing import Route
 from scorekit.settings import Settings
 
 
@@ -23,12 +22,12 @@ class ServerState:
     openapi: bytes = b"{}"
     started_at: int = field(default_factory=lambda: int(time.time()))
 
-    def refuse_new_work_when_draining(self, route: Route) -> None:
+    def refuse_new_work_when_draining(self, counts_as_load: bool) -> None:
         """The router's gate: once draining, new scoring requests get 503; those already routed finish.
 
-        The router calls it before it labels the request as load, so what it refuses never counts in /load
-        nor holds up the drain."""
-        if self.draining and route.counts_as_load:
+        The router calls it with the route's ``counts_as_load`` (a scoring route) before it labels the request
+        as load, so what it refuses never counts in /load nor holds up the drain."""
+        if self.draining and counts_as_load:
             raise shutting_down()
 
 

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scorekit.batching import Batcher, Job, QueueFull
+from scorekit.batching import Batcher, QueueFull
+from scorekit.jobs import Job
 from scorekit.models.base import Encoded
 
 

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 
 import torch
 
-from scorekit.batching import Batcher, Job
+from scorekit.batching import Batcher
 from scorekit.errors import ModelFailure
+from scorekit.jobs import Job
 from scorekit.models.base import Encoded
 from scorekit.worker import ModelWorker
 
@@ -29,7 +30,12 @@ class ScriptedBackend:
 
 def run_jobs(*jobs: Job, batch_size: int) -> ModelWorker:
     batcher = Batcher(max_batch_tokens=10_000, max_batch_size=batch_size, max_queued_items=1000)
-    worker = ModelWorker(ScriptedBackend(), batcher)  # type: ignore[arg-type]
+    worker = ModelWorker(
+        ScriptedBackend(),  # type: ignore[arg-type]
+        next_batch=batcher.next_batch,
+        close=batcher.close,
+        on_death=batcher.fail_all,
+    )
     for job in jobs:
         batcher.submit(job)
     worker.start()

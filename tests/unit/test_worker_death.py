@@ -14,8 +14,9 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from scorekit.batching import Batcher, Job, QueueFull
+from scorekit.batching import Batcher, QueueFull
 from scorekit.errors import ModelFailure
+from scorekit.jobs import Job
 from scorekit.models.base import Encoded
 from scorekit.worker import ModelWorker
 
@@ -68,20 +69,28 @@ def job_of(lengths: list[int]) -> tuple[Job, Notified]:
     return job, notified
 
 
-def worker_for(backend: Backend, batch_size: int, **kwargs: object) -> ModelWorker:
+def worker_for(backend: Backend, batch_size: int, **kwargs: object) -> tuple[ModelWorker, Batcher]:
+    """A worker fed by a batcher, wired as the engine wires them; the test submits to the batcher."""
     batcher = Batcher(max_batch_tokens=10_000, max_batch_size=batch_size, max_queued_items=1000)
-    return ModelWorker(backend, batcher, **kwargs)  # type: ignore[arg-type]
+    worker = ModelWorker(
+        backend,  # type: ignore[arg-type]
+        next_batch=batcher.next_batch,
+        close=batcher.close,
+        on_death=batcher.fail_all,
+        **kwargs,  # type: ignore[arg-type]
+    )
+    return worker, batcher
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the thread re-raises
 def test_a_dying_worker_answers_the_batch_it_ran_and_every_queued_job() -> None:
-    worker = worker_for(Backend(), batch_size=2)
+    worker, batcher = worker_for(Backend(), batch_size=2)
     # One item of each job per batch first: the fatal batch holds `fatal` and `beside`; `queued` waits.
     fatal, fatal_notified = job_of([99])
     beside, beside_notified = job_of([4])
     queued, queued_notified = job_of([5, 6])
     for job in (fatal, beside, queued):
-        worker.batcher.submit(job)
+        batcher.submit(job)
     worker.start()
     worker._thread.join(WAIT)
     assert not worker.alive
@@ -90,14 +99,14 @@ def test_a_dying_worker_answers_the_batch_it_ran_and_every_queued_job() -> None:
         assert job.done and isinstance(job.error, ModelFailure) and "worker died" in str(job.error)
         assert notified.calls == 1
     with pytest.raises(QueueFull):  # and nothing new queues for the dead worker
-        worker.batcher.submit(job_of([1])[0])
+        batcher.submit(job_of([1])[0])
 
 
 def test_a_failed_job_is_answered_once_even_when_its_later_items_come_back() -> None:
-    worker = worker_for(Backend(), batch_size=1)
+    worker, batcher = worker_for(Backend(), batch_size=1)
     # In length order: 13 fails the job, then 20 still runs and comes back.
     job, notified = job_of([20, 13])
-    worker.batcher.submit(job)
+    batcher.submit(job)
     worker.start()
     worker.stop(timeout=WAIT)
     assert notified.calls == 1
@@ -106,9 +115,9 @@ def test_a_failed_job_is_answered_once_even_when_its_later_items_come_back() -> 
 
 
 def test_a_second_failure_keeps_the_first_error_and_does_not_notify_again() -> None:
-    worker = worker_for(Backend(), batch_size=1)
+    worker, batcher = worker_for(Backend(), batch_size=1)
     job, notified = job_of([13, 13])
-    worker.batcher.submit(job)
+    batcher.submit(job)
     worker.start()
     worker.stop(timeout=WAIT)
     assert worker.stats.failed_batches == 2
@@ -119,13 +128,13 @@ def test_a_second_failure_keeps_the_first_error_and_does_not_notify_again() -> N
 def test_items_of_a_job_cancelled_while_its_batch_runs_count_as_wasted() -> None:
     gate = threading.Event()
     backend = Backend(gate)
-    worker = worker_for(backend, batch_size=1)
+    worker, batcher = worker_for(backend, batch_size=1)
     job, _ = job_of([3, 4])
-    worker.batcher.submit(job)
+    batcher.submit(job)
     worker.start()
     try:
         assert backend.entered.wait(WAIT)
-        assert worker.batcher.cancel(job) == 1  # the running item cannot be taken back; the other can
+        assert batcher.cancel(job) == 1  # the running item cannot be taken back; the other can
         assert job.cancelled
     finally:
         gate.set()
@@ -136,9 +145,9 @@ def test_items_of_a_job_cancelled_while_its_batch_runs_count_as_wasted() -> None
 
 def test_the_batch_observer_gets_the_padded_token_count() -> None:
     seen: list[tuple[int, int]] = []
-    worker = worker_for(Backend(), batch_size=2, on_batch=lambda items, tokens: seen.append((items, tokens)))
+    worker, batcher = worker_for(Backend(), batch_size=2, on_batch=lambda items, tokens: seen.append((items, tokens)))
     job, _ = job_of([3, 5])
-    worker.batcher.submit(job)
+    batcher.submit(job)
     worker.start()
     worker.stop(timeout=WAIT)
     assert seen == [(2, 10)]  # two items padded to the longest (5)

@@ -1,0 +1,76 @@
+"""One request's work on its way through the queue to the model: a :class:`Job` and its :class:`WorkItem` s.
+
+A leaf module, so the batcher that queues jobs and the worker that runs them share these types without the
+worker knowing the batcher. It needs no torch: a job is generic in what its inputs and outputs are, and only
+asks each input for its ``cost`` (what it adds to a batch's token budget).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+
+class Costed(Protocol):
+    """An input the batcher can price: its padded length in tokens."""
+
+    @property
+    def cost(self) -> int: ...
+
+
+InputT = TypeVar("InputT", bound=Costed)
+OutputT = TypeVar("OutputT")
+
+
+@dataclass(eq=False)
+class Job(Generic[InputT, OutputT]):
+    """One request's items and their results. The worker thread writes; ``notify`` says it is done.
+
+    ``notify`` is called exactly once, from the worker thread, when every result is in or the job
+    failed; it must only schedule a wake-up on the event loop, never block.
+    """
+
+    inputs: list[InputT]
+    notify: Callable[[], None]
+    results: list[OutputT | None] = field(init=False)
+    error: BaseException | None = field(default=None, init=False)
+    cancelled: bool = field(default=False, init=False)
+    done: bool = field(default=False, init=False)
+    _pending: deque[int] = field(init=False)
+    _remaining: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.results = [None] * len(self.inputs)
+        self._pending = deque(sorted(range(len(self.inputs)), key=lambda i: self.inputs[i].cost))
+        self._remaining = len(self.inputs)
+
+    def deliver(self, index: int, output: OutputT) -> None:
+        if self.done:
+            return
+        self.results[index] = output
+        self._remaining -= 1
+        if self._remaining == 0:
+            self._finish()
+
+    def fail(self, error: BaseException) -> None:
+        if not self.done:
+            self.error = error
+            self._finish()
+
+    def _finish(self) -> None:
+        self.done = True
+        self.notify()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkItem(Generic[InputT, OutputT]):
+    """One input of a job, as a batch holds it: the worker runs ``encoded`` and delivers to ``job``."""
+
+    job: Job[InputT, OutputT]
+    index: int
+
+    @property
+    def encoded(self) -> InputT:
+        return self.job.inputs[self.index]
