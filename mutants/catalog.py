@@ -22,6 +22,7 @@ class Mutant:
 
 
 LIFECYCLE = "scorekit/lifecycle.py"
+ASGI = "scorekit/asgi.py"
 BATCHING = "scorekit/batching.py"
 JOBS = "scorekit/jobs.py"
 WORKER = "scorekit/worker.py"
@@ -298,17 +299,19 @@ MUTANTS: tuple[Mutant, ...] = (
         (_QUEUE + "test_Q1_single_server_waiter",),
     ),
     # -- the lifecycle: response completion -----------------------------------------------------------
+    # The rule is scorekit.asgi.completes_response, which the fake servers share: P1 checks the middleware's
+    # flag against the response forms the app sent, so a mutant there cannot hide behind an agreeing fake.
     Mutant(
         "L33",
-        LIFECYCLE,
+        ASGI,
         "the final body counts as the end of the response although trailers were announced",
-        'return not message.get("more_body", False) and not self._expect_trailers',
+        'return not message.get("more_body", False) and not expect_trailers',
         'return not message.get("more_body", False)',
         (_RESPONSE + "test_P1_every_terminal_form_completes",),
     ),
     Mutant(
         "L34",
-        LIFECYCLE,
+        ASGI,
         "the first trailers message completes the response",
         'return not message.get("more_trailers", False)',
         "return True",
@@ -316,7 +319,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "L35",
-        LIFECYCLE,
+        ASGI,
         "http.response.pathsend does not complete the response",
         'return kind == "http.response.pathsend"',
         "return False",
@@ -324,7 +327,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "L36",
-        LIFECYCLE,
+        ASGI,
         "zerocopysend does not complete the response",
         'if kind in ("http.response.body", "http.response.zerocopysend"):',
         'if kind == "http.response.body":',

@@ -1,5 +1,6 @@
-"""ASGI type aliases shared by every layer, and the small protocol through which the router reaches the
-request's lifecycle: the router and the lifecycle middleware meet here, so neither imports the other."""
+"""ASGI type aliases shared by every layer, the one rule for where a response ends, and the small protocol
+through which the router reaches the request's lifecycle: the router and the lifecycle middleware meet here,
+so neither imports the other."""
 
 from __future__ import annotations
 
@@ -36,3 +37,19 @@ def lifecycle_hooks(scope: Scope) -> LifecycleHooks | None:
     a runtime-checkable protocol, which costs about a hundred times a plain class check."""
     hooks: LifecycleHooks | None = scope.get(LIFECYCLE_KEY)
     return hooks
+
+
+def completes_response(message: Message, *, expect_trailers: bool) -> bool:
+    """Whether ``message`` is the last message of an HTTP response.
+
+    The final body (``more_body`` false, and no trailers announced in ``http.response.start``), the last
+    trailers (``more_trailers`` false), a ``pathsend``, or a final ``zerocopysend``. One rule, because a
+    disconnect after this message must cancel nothing: the lifecycle middleware and the fake servers of
+    :mod:`scorekit.testing` have to agree on where the response ends.
+    """
+    kind = message.get("type")
+    if kind in ("http.response.body", "http.response.zerocopysend"):
+        return not message.get("more_body", False) and not expect_trailers
+    if kind == "http.response.trailers":
+        return not message.get("more_trailers", False)
+    return kind == "http.response.pathsend"

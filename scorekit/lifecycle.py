@@ -21,7 +21,7 @@ import anyio.abc
 import anyio.lowlevel
 
 from scorekit.asgi import LIFECYCLE_KEY as SCOPE_KEY
-from scorekit.asgi import Answer, ASGIApp, LifecycleHooks, Message, Receive, Scope, Send
+from scorekit.asgi import Answer, ASGIApp, LifecycleHooks, Message, Receive, Scope, Send, completes_response
 from scorekit.load import LoadCounter
 
 DEFAULT_MAX_BUFFER_BYTES = 1 << 20
@@ -124,7 +124,7 @@ class Lifecycle(LifecycleHooks):
         if kind == "http.response.start":
             self.response_started = True
             self._expect_trailers = bool(message.get("trailers", False))
-        elif self._is_terminal(kind, message):
+        elif completes_response(message, expect_trailers=self._expect_trailers):
             self.response_complete = True
         try:
             await self._server_send(message)
@@ -210,13 +210,6 @@ class Lifecycle(LifecycleHooks):
     def _notify(self) -> None:
         self._changed.set()
         self._changed = anyio.Event()
-
-    def _is_terminal(self, kind: str, message: Message) -> bool:
-        if kind in ("http.response.body", "http.response.zerocopysend"):
-            return not message.get("more_body", False) and not self._expect_trailers
-        if kind == "http.response.trailers":
-            return not message.get("more_trailers", False)
-        return kind == "http.response.pathsend"
 
 
 class LifecycleMiddleware:

@@ -25,7 +25,9 @@ from scorekit.http import Request, Response
 from scorekit.lifecycle import SCOPE_KEY, LifecycleMiddleware
 from scorekit.load import LoadCounter
 from scorekit.routing import Alias, Route, Router
-from scorekit.testing import BACKENDS, FLAVORS, Backend, Flavor, make_scope, make_server, ticks
+from scorekit.testing import BACKENDS, FLAVORS, Backend, Flavor, make_server
+from scorekit.testing.apps import ticks
+from scorekit.testing.scopes import make_scope
 
 BODY = (b'{"queries": "what is scorekit", ', b'"documents": ["a scoring server"]}')
 TIMEOUT = 5.0  # a bound that only a hang reaches

@@ -3,103 +3,63 @@
 The ASGI spec leaves room for servers to disagree about ``receive``: how a body is cut into messages,
 what two concurrent callers get, whether ``http.disconnect`` is repeated, and what ``receive()`` does
 once the response is complete. Code that works on one server can lose a body, hang or double-count on
-another. This kit makes those differences reproducible in logical time (no sockets, no sleeps):
+another. This kit makes those differences reproducible in logical time (no sockets, no sleeps).
 
-- :mod:`scorekit.testing.servers`: the fake servers (:func:`make_server`, :func:`make_scope`), their
-  client-side control API and the :class:`Audit` they record;
-- :mod:`scorekit.testing.apps`: scripted app behaviours (:class:`BehaviourApp`) that record what an
-  app observes, for testing a middleware;
-- :mod:`scorekit.testing.driver`: :class:`ClientScript` and the driver (:func:`run_script`,
-  :func:`play`, :func:`run_scenario`, :func:`play_scenario`) that plays one against an app;
-- :mod:`scorekit.testing.strategies`: Hypothesis strategies for all of the above (needs hypothesis).
+The names here are what a property test needs: the flavours and backends to parametrize over, a
+:class:`ClientScript` (or a :class:`Scenario` with an :class:`AppBehaviour`), the drivers that play one
+(:func:`play`, :func:`play_scenario`, :func:`run_script`, :func:`run_scenario`), the :class:`Outcome`
+they return, and :func:`make_server` for a test that drives the server by hand. Everything else stays in
+its submodule:
+
+- :mod:`scorekit.testing.servers`: the fake servers and their client-side control API;
+- :mod:`scorekit.testing.audit`: the :class:`~scorekit.testing.audit.Audit` a fake server records;
+- :mod:`scorekit.testing.scopes`: the scope each flavour builds (granian's shared dicts included);
+- :mod:`scorekit.testing.apps`: scripted app behaviours that record what an app observes;
+- :mod:`scorekit.testing.driver`: client scripts and the driver;
+- :mod:`scorekit.testing.strategies`: Hypothesis strategies for all of the above. It is imported on
+  first use (``scorekit.testing.strategies``), so the rest of the kit works without Hypothesis; using
+  it without Hypothesis raises an ImportError that says to ``pip install hypothesis``.
 
 See ``docs/testing.md`` for a complete example.
 """
 
-from scorekit.testing import strategies
-from scorekit.testing.apps import (
-    BEHAVIOUR_KINDS,
-    READING_KINDS,
-    AppBehaviour,
-    AppError,
-    AppObservation,
-    AppRecorder,
-    BehaviourApp,
-    BehaviourKind,
-    is_final,
-    ticks,
-)
+import importlib
+from types import ModuleType
+
+from scorekit.testing.apps import AppBehaviour
 from scorekit.testing.driver import (
     BACKENDS,
-    DISCONNECT_POINTS,
-    FINAL_FORMS,
     Backend,
     ClientScript,
-    DisconnectPoint,
-    FinalForm,
     Outcome,
     Scenario,
     play,
-    play_client,
     play_scenario,
     run_scenario,
     run_script,
 )
-from scorekit.testing.servers import (
-    FLAVORS,
-    HYPERCORN_QUEUE_SIZE,
-    Audit,
-    ClientDisconnectedError,
-    FakeServer,
-    Flavor,
-    GranianServer,
-    HypercornServer,
-    TimelineEvent,
-    UvicornServer,
-    granian_shared_dicts,
-    make_scope,
-    make_server,
-    reset_granian_shared,
-)
+from scorekit.testing.scopes import FLAVORS, Flavor
+from scorekit.testing.servers import make_server
 
 __all__ = [
     "BACKENDS",
-    "BEHAVIOUR_KINDS",
-    "DISCONNECT_POINTS",
-    "FINAL_FORMS",
     "FLAVORS",
-    "HYPERCORN_QUEUE_SIZE",
-    "READING_KINDS",
     "AppBehaviour",
-    "AppError",
-    "AppObservation",
-    "AppRecorder",
-    "Audit",
     "Backend",
-    "BehaviourApp",
-    "BehaviourKind",
-    "ClientDisconnectedError",
     "ClientScript",
-    "DisconnectPoint",
-    "FakeServer",
-    "FinalForm",
     "Flavor",
-    "GranianServer",
-    "HypercornServer",
     "Outcome",
     "Scenario",
-    "TimelineEvent",
-    "UvicornServer",
-    "granian_shared_dicts",
-    "is_final",
-    "make_scope",
     "make_server",
     "play",
-    "play_client",
     "play_scenario",
-    "reset_granian_shared",
     "run_scenario",
     "run_script",
-    "strategies",
-    "ticks",
 ]
+
+
+def __getattr__(name: str) -> ModuleType:
+    """Import the strategies on first use: Hypothesis is needed only by code that uses them."""
+    if name == "strategies":
+        return importlib.import_module("scorekit.testing.strategies")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,7 +4,7 @@ Why: a lifecycle layer (ours, or a user's middleware) has to be correct for *eve
 it reads the body: eagerly, lazily, never, from two tasks at once, by polling from a cancelled scope,
 or after the response started; and whatever the app does next: stream, raise, or keep working after
 the final body. :class:`BehaviourApp` acts out one :class:`AppBehaviour` and writes what it observed
-(``app.*`` events) into the same :class:`~scorekit.testing.servers.Audit` timeline as the fake server,
+(``app.*`` events) into the same :class:`~scorekit.testing.audit.Audit` timeline as the fake server,
 so a test can relate the two (for example: the app saw ``http.disconnect`` only after the client left).
 :class:`AppObservation` condenses that timeline into what a differential test compares.
 """
@@ -18,7 +18,7 @@ import anyio
 import anyio.lowlevel
 
 from scorekit.asgi import Message, Receive, Scope, Send
-from scorekit.testing.servers import Audit
+from scorekit.testing.audit import Audit
 
 BehaviourKind = Literal[
     "eager",

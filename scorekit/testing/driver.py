@@ -21,7 +21,9 @@ import anyio.lowlevel
 
 from scorekit.asgi import ASGIApp, Scope
 from scorekit.testing.apps import AppBehaviour, AppObservation, BehaviourApp, ticks
-from scorekit.testing.servers import Audit, FakeServer, Flavor, make_scope, make_server
+from scorekit.testing.audit import Audit
+from scorekit.testing.scopes import Flavor, make_scope
+from scorekit.testing.servers import FakeServer, make_server
 
 DisconnectPoint = Literal["none", "before_body", "mid_body", "after_body", "mid_response", "after_final_body"]
 DISCONNECT_POINTS: tuple[DisconnectPoint, ...] = (

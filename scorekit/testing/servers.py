@@ -1,4 +1,4 @@
-"""Scripted fake ASGI servers: three ``receive``/``send`` flavours, a client control API, an audit.
+"""Scripted fake ASGI servers: three ``receive``/``send`` flavours and a client control API.
 
 Why fakes at all: the ASGI spec leaves open what happens when two tasks call ``receive()`` at once, how a
 body is cut into messages, and what ``receive()`` returns once the response is complete. Real servers
@@ -15,17 +15,16 @@ against all three and compare:
   response completion), after which ``receive()`` blocks forever; waiters are served first-come.
 - :class:`GranianServer` sends one message per frame plus an empty terminator; after the response (or the
   client's close) it first returns any unread body tail, then ``http.disconnect`` at once; waiters are
-  served first-come; and the ``scope["asgi"]``/``scope["extensions"]`` dicts built by :func:`make_scope`
-  are the *same objects* for every request in the process, as granian's are.
+  served first-come. (Its scopes share the ``asgi``/``extensions`` dicts across requests: that part is
+  :func:`scorekit.testing.scopes.make_scope`.)
 
 The fakes use anyio primitives only, so they run under asyncio and trio. Where a real server behaves
 differently per event loop (an ``asyncio.Queue.get`` with an item waiting does not yield; a trio memory
 channel checks for cancellation first), the fake does what the real server does on that loop.
 
-Every fake records an :class:`Audit`: how many tasks were inside/suspended in ``receive()`` at once, how
-many calls were made (and how many after a disconnect was delivered), every delivered message, every
-message the app sent, and a :class:`TimelineEvent` log shared with the app-side recorders in
-:mod:`scorekit.testing.apps`. The audit is the oracle of the single-consumer invariants (Q1, Q2, ...).
+Every fake records an :class:`~scorekit.testing.audit.Audit` of its ``receive`` and ``send`` calls, and
+decides that the response is complete with :func:`scorekit.asgi.completes_response`, the rule the
+lifecycle middleware uses too.
 """
 
 from __future__ import annotations
@@ -34,110 +33,21 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import ClassVar
 
 import anyio
 import anyio.lowlevel
 
-from scorekit.asgi import Message, Scope
-
-Flavor = Literal["uvicorn", "hypercorn", "granian"]
-FLAVORS: tuple[Flavor, ...] = ("uvicorn", "hypercorn", "granian")
+from scorekit.asgi import Message, completes_response
+from scorekit.testing.audit import Audit
+from scorekit.testing.scopes import Flavor, final_request
 
 HYPERCORN_QUEUE_SIZE = 10
 """hypercorn's ``max_app_queue_size`` default: frames beyond it wait on the client side (backpressure)."""
 
-HeaderItem = tuple[str | bytes, str | bytes]
-
 
 class ClientDisconnectedError(OSError):
     """What ``send`` raises after the client left when ``raise_on_send_after_disconnect`` is on (spec 2.4)."""
-
-
-@dataclass(frozen=True, slots=True)
-class TimelineEvent:
-    """One step in a request's life, in the order it happened.
-
-    ``kind`` is namespaced by who acted: ``client.*`` (the scripted peer), ``server.*`` (the fake's
-    receive/send), ``app.*`` (written by :class:`scorekit.testing.apps.AppRecorder`). ``tick`` is the
-    driver's logical clock when the event happened (0 outside :func:`scorekit.testing.run_script`).
-    """
-
-    kind: str
-    tick: int
-    message: Message | None = None
-    consumer: int | None = None
-    data: bytes | None = None
-
-
-@dataclass
-class Audit:
-    """What the fake server saw, for asserting single-consumer and transparency invariants.
-
-    ``max_in_flight`` counts tasks inside ``receive()`` at once (suspended or not) and ``max_waiting``
-    the ones suspended in it: both must stay at 1 behind a correct lifecycle layer (Q1).
-    ``calls_after_disconnect`` counts ``receive()`` calls made after the server had returned
-    ``http.disconnect`` once (Q2). ``delivered`` and ``sent`` hold the very message objects that went
-    through ``receive`` and ``send`` (so identity checks work), in order.
-    """
-
-    receive_calls: int = 0
-    in_flight: int = 0
-    max_in_flight: int = 0
-    waiting: int = 0
-    max_waiting: int = 0
-    calls_after_disconnect: int = 0
-    disconnect_delivered: bool = False
-    send_errors: int = 0
-    delivered: list[Message] = field(default_factory=list)
-    sent: list[Message] = field(default_factory=list)
-    timeline: list[TimelineEvent] = field(default_factory=list)
-    tick: int = 0
-
-    def note(
-        self,
-        kind: str,
-        *,
-        message: Message | None = None,
-        consumer: int | None = None,
-        data: bytes | None = None,
-    ) -> None:
-        """Append an event stamped with the current logical tick."""
-        self.timeline.append(TimelineEvent(kind, self.tick, message, consumer, data))
-
-    def events(self, kind: str) -> list[TimelineEvent]:
-        """The events of one kind, in order."""
-        return [event for event in self.timeline if event.kind == kind]
-
-    def index_of(self, kind: str) -> int | None:
-        """Position of the first event of ``kind`` in the timeline, or None."""
-        for index, event in enumerate(self.timeline):
-            if event.kind == kind:
-                return index
-        return None
-
-    @property
-    def delivered_body(self) -> bytes:
-        """The body bytes the server handed out through ``receive()`` (all consumers, in order)."""
-        return b"".join(m.get("body", b"") for m in self.delivered if m.get("type") == "http.request")
-
-    def _enter_wait(self) -> None:
-        self.waiting += 1
-        self.max_waiting = max(self.max_waiting, self.waiting)
-
-    def _exit_wait(self) -> None:
-        self.waiting -= 1
-
-
-def _is_terminal(message: Message, expect_trailers: bool) -> bool:
-    """Whether ``message`` completes the response (final body, last trailers, pathsend, zerocopysend)."""
-    kind = message.get("type")
-    if kind in ("http.response.body", "http.response.zerocopysend"):
-        return not message.get("more_body", False) and not expect_trailers
-    if kind == "http.response.trailers":
-        return not message.get("more_trailers", False)
-    return kind == "http.response.pathsend"
 
 
 def _on_asyncio() -> bool:
@@ -157,7 +67,6 @@ class FakeServer(ABC):
     """
 
     flavor: ClassVar[Flavor]
-    spec_version: ClassVar[str]
 
     def __init__(self, *, raise_on_send_after_disconnect: bool = False) -> None:
         self.audit = Audit()
@@ -248,7 +157,7 @@ class FakeServer(ABC):
             if message.get("type") == "http.response.start":
                 self.response_started = True
                 self._expect_trailers = bool(message.get("trailers", False))
-            elif self.response_started and _is_terminal(message, self._expect_trailers):
+            elif self.response_started and completes_response(message, expect_trailers=self._expect_trailers):
                 self.response_complete = True
                 self.audit.note("server.response_complete")
                 self._on_response_complete()
@@ -284,15 +193,6 @@ class FakeServer(ABC):
         await anyio.lowlevel.checkpoint()
 
 
-def _terminator(omit_more_body: bool, omit_body: bool, body: bytes = b"") -> Message:
-    message: Message = {"type": "http.request"}
-    if body or not omit_body:
-        message["body"] = body
-    if not omit_more_body:
-        message["more_body"] = False
-    return message
-
-
 class UvicornServer(FakeServer):
     """uvicorn's receive: one state object (merged body buffer, flags) and one event that wakes everyone.
 
@@ -304,7 +204,6 @@ class UvicornServer(FakeServer):
     """
 
     flavor: ClassVar[Flavor] = "uvicorn"
-    spec_version: ClassVar[str] = "2.3"
 
     def __init__(self, *, raise_on_send_after_disconnect: bool = False) -> None:
         super().__init__(raise_on_send_after_disconnect=raise_on_send_after_disconnect)
@@ -319,11 +218,11 @@ class UvicornServer(FakeServer):
     async def _receive(self) -> Message:
         if not (self.client_disconnected or self.response_complete):
             if not self._event.is_set():  # an asyncio.Event that is set does not yield
-                self.audit._enter_wait()
+                self.audit.enter_wait()
                 try:
                     await self._event.wait()
                 finally:
-                    self.audit._exit_wait()
+                    self.audit.exit_wait()
             if self._event.is_set():  # Event.clear()
                 self._event = anyio.Event()
         if self.client_disconnected or self.response_complete:
@@ -337,7 +236,7 @@ class UvicornServer(FakeServer):
         self._ended = True
         if self._raw:
             self._event.set()  # the injected messages are ready for the next call
-        return _terminator(self._omit_more_body, self._omit_body, body)
+        return final_request(omit_more_body=self._omit_more_body, omit_body=self._omit_body, body=body)
 
     def _on_chunk(self, body: bytes) -> None:
         self._body += body
@@ -393,7 +292,7 @@ class _FirstComeServer(FakeServer):
     async def _wait_for_message(self) -> Message:
         waiter = _Waiter()
         self._waiters.append(waiter)
-        self.audit._enter_wait()
+        self.audit.enter_wait()
         try:
             await waiter.event.wait()
         except BaseException:
@@ -404,7 +303,7 @@ class _FirstComeServer(FakeServer):
                 self._waiters.remove(waiter)
             raise
         finally:
-            self.audit._exit_wait()
+            self.audit.exit_wait()
         assert waiter.message is not None
         return waiter.message
 
@@ -421,7 +320,6 @@ class HypercornServer(_FirstComeServer):
     """
 
     flavor: ClassVar[Flavor] = "hypercorn"
-    spec_version: ClassVar[str] = "2.1"
 
     def __init__(self, *, raise_on_send_after_disconnect: bool = False) -> None:
         super().__init__(raise_on_send_after_disconnect=raise_on_send_after_disconnect)
@@ -465,7 +363,7 @@ class HypercornServer(_FirstComeServer):
 
     def _on_finish(self, *, omit_more_body: bool, omit_body: bool) -> None:
         if not self._closed:
-            self._offer(_terminator(omit_more_body, omit_body))
+            self._offer(final_request(omit_more_body=omit_more_body, omit_body=omit_body))
 
     def _on_disconnect(self) -> None:
         self._close_once()
@@ -488,7 +386,6 @@ class GranianServer(_FirstComeServer):
     """
 
     flavor: ClassVar[Flavor] = "granian"
-    spec_version: ClassVar[str] = "2.3"
 
     def __init__(self, *, raise_on_send_after_disconnect: bool = False) -> None:
         super().__init__(raise_on_send_after_disconnect=raise_on_send_after_disconnect)
@@ -519,7 +416,7 @@ class GranianServer(_FirstComeServer):
         self._offer({"type": "http.request", "body": body, "more_body": True})
 
     def _on_finish(self, *, omit_more_body: bool, omit_body: bool) -> None:
-        self._offer(_terminator(omit_more_body, omit_body))
+        self._offer(final_request(omit_more_body=omit_more_body, omit_body=omit_body))
 
     def _on_disconnect(self) -> None:
         self._close()
@@ -545,76 +442,3 @@ def make_server(flavor: Flavor, *, raise_on_send_after_disconnect: bool = False)
     :class:`ClientDisconnectedError` (an ``OSError``) once the client is gone, instead of dropping it.
     """
     return _SERVER_CLASSES[flavor](raise_on_send_after_disconnect=raise_on_send_after_disconnect)
-
-
-# -- scopes ----------------------------------------------------------------------------------------------
-
-_GRANIAN_ASGI: dict[str, Any] = {"version": "3.0", "spec_version": "2.3"}
-_GRANIAN_EXTENSIONS: dict[str, Any] = {"http.response.pathsend": {}}
-_GRANIAN_ASGI_INITIAL = dict(_GRANIAN_ASGI)
-_GRANIAN_EXTENSIONS_INITIAL = dict(_GRANIAN_EXTENSIONS)
-
-
-def granian_shared_dicts() -> tuple[dict[str, Any], dict[str, Any]]:
-    """The process-wide ``(asgi, extensions)`` dicts every granian-flavour scope refers to."""
-    return _GRANIAN_ASGI, _GRANIAN_EXTENSIONS
-
-
-def reset_granian_shared() -> None:
-    """Restore the shared granian dicts in place (for test isolation after a deliberate pollution)."""
-    _GRANIAN_ASGI.clear()
-    _GRANIAN_ASGI.update(_GRANIAN_ASGI_INITIAL)
-    _GRANIAN_EXTENSIONS.clear()
-    _GRANIAN_EXTENSIONS.update(_GRANIAN_EXTENSIONS_INITIAL)
-
-
-def _header_bytes(value: str | bytes) -> bytes:
-    return value.encode("latin-1") if isinstance(value, str) else value
-
-
-def make_scope(
-    flavor: Flavor,
-    *,
-    path: str = "/",
-    method: str = "GET",
-    headers: Iterable[HeaderItem] = (),
-    query_string: bytes = b"",
-    root_path: str = "",
-    state: dict[str, Any] | None = None,
-    type: Literal["http", "websocket", "lifespan"] = "http",
-) -> Scope:
-    """The scope the flavour's server would build for one request (header names lower-cased bytes).
-
-    uvicorn: a fresh ``asgi`` dict (spec 2.3), no ``extensions`` key for HTTP, ``state`` a shallow copy.
-    hypercorn: spec 2.1, fresh ``extensions`` (empty for HTTP/1.1), ``state`` copied.
-    granian: the **process-wide** ``asgi`` and ``extensions`` dicts (see :func:`granian_shared_dicts`).
-    """
-    state_copy = dict(state) if state is not None else {}
-    if flavor == "granian":
-        asgi, extensions = _GRANIAN_ASGI, _GRANIAN_EXTENSIONS
-    else:
-        spec = HypercornServer.spec_version if flavor == "hypercorn" else UvicornServer.spec_version
-        asgi = {"version": "3.0", "spec_version": spec}
-        extensions = {}
-    if type == "lifespan":
-        return {"type": "lifespan", "asgi": asgi, "state": state_copy}
-    header_list = [(_header_bytes(name).lower(), _header_bytes(value)) for name, value in headers]
-    scope: Scope = {
-        "type": type,
-        "asgi": asgi,
-        "http_version": "1.1",
-        "scheme": "ws" if type == "websocket" else "http",
-        "path": path,
-        "raw_path": path.encode("utf-8"),
-        "query_string": query_string,
-        "root_path": root_path,
-        "headers": header_list,
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8000),
-        "state": state_copy,
-    }
-    if type == "http":
-        scope["method"] = method.upper()
-    if flavor != "uvicorn" or type == "websocket":
-        scope["extensions"] = extensions
-    return scope

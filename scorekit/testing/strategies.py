@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hypothesis import strategies as st
+try:
+    from hypothesis import strategies as st
+except ImportError as exc:  # the rest of scorekit.testing works without it
+    raise ImportError(
+        "scorekit.testing.strategies needs Hypothesis, which is not installed: pip install hypothesis"
+    ) from exc
 
 from scorekit.testing.apps import BEHAVIOUR_KINDS, AppBehaviour, BehaviourKind, RaiseAt
 from scorekit.testing.driver import (
@@ -22,7 +27,7 @@ from scorekit.testing.driver import (
     FinalForm,
     Scenario,
 )
-from scorekit.testing.servers import FLAVORS, Flavor
+from scorekit.testing.scopes import FLAVORS, Flavor
 
 RAISE_POINTS: tuple[RaiseAt, ...] = ("before_read", "before_start", "after_start")
 CLIENT_SIDE_DISCONNECTS: tuple[DisconnectPoint, ...] = ("before_body", "mid_body", "after_body")

@@ -14,21 +14,9 @@ from hypothesis import strategies as st
 from scorekit.asgi import ASGIApp, Receive, Scope, Send
 from scorekit.lifecycle import LifecycleMiddleware
 from scorekit.load import LoadCounter
-from scorekit.testing import (
-    AppBehaviour,
-    AppError,
-    AppRecorder,
-    Audit,
-    Backend,
-    BehaviourApp,
-    BehaviourKind,
-    Flavor,
-    Scenario,
-    make_server,
-    run_script,
-    ticks,
-)
-from scorekit.testing.apps import respond
+from scorekit.testing import AppBehaviour, Backend, Flavor, Scenario, make_server, run_script
+from scorekit.testing.apps import AppError, AppRecorder, BehaviourApp, BehaviourKind, respond, ticks
+from scorekit.testing.audit import Audit
 from scorekit.testing.strategies import client_scripts, scenarios
 
 from .conftest import K_TICKS, PROPERTY, each_backend, each_flavor, run, run_mw

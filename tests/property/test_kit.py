@@ -13,21 +13,16 @@ from scorekit.asgi import Receive, Scope, Send
 from scorekit.testing import (
     FLAVORS,
     AppBehaviour,
-    AppObservation,
-    BehaviourApp,
     ClientScript,
     Flavor,
-    HypercornServer,
     Scenario,
-    granian_shared_dicts,
-    make_scope,
     make_server,
     play_scenario,
-    reset_granian_shared,
     run_script,
-    ticks,
 )
-from scorekit.testing.apps import respond
+from scorekit.testing.apps import AppObservation, BehaviourApp, respond, ticks
+from scorekit.testing.scopes import granian_shared_dicts, make_scope, reset_granian_shared
+from scorekit.testing.servers import HypercornServer
 
 
 @pytest.mark.parametrize("flavor", FLAVORS)

@@ -10,13 +10,7 @@ from __future__ import annotations
 import pytest
 
 from scorekit.lifecycle import LifecycleMiddleware
-from scorekit.testing import (
-    AppBehaviour,
-    ClientScript,
-    Flavor,
-    Scenario,
-    play_scenario,
-)
+from scorekit.testing import AppBehaviour, ClientScript, Flavor, Scenario, play_scenario
 
 
 @pytest.mark.xfail(

@@ -22,21 +22,18 @@ from scorekit.lifecycle import Lifecycle, LifecycleMiddleware, lifecycle_of
 from scorekit.load import LoadCounter
 from scorekit.testing import (
     AppBehaviour,
-    AppObservation,
-    AppRecorder,
-    Audit,
     Backend,
-    ClientDisconnectedError,
     ClientScript,
-    DisconnectPoint,
     Flavor,
     Scenario,
     make_server,
     run_scenario,
     run_script,
-    ticks,
 )
-from scorekit.testing.apps import respond, send_start
+from scorekit.testing.apps import AppObservation, AppRecorder, respond, send_start, ticks
+from scorekit.testing.audit import Audit
+from scorekit.testing.driver import DisconnectPoint
+from scorekit.testing.servers import ClientDisconnectedError
 from scorekit.testing.strategies import client_scripts, scenarios
 
 from .conftest import K_TICKS, PROPERTY, Labelled, each_backend, each_flavor, run

@@ -21,20 +21,10 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invar
 from scorekit.asgi import ASGIApp, Receive, Scope, Send
 from scorekit.lifecycle import SCOPE_KEY, LifecycleMiddleware
 from scorekit.load import LoadCounter
-from scorekit.testing import (
-    Backend,
-    BehaviourApp,
-    FakeServer,
-    Flavor,
-    Scenario,
-    is_final,
-    make_scope,
-    make_server,
-    run_scenario,
-    run_script,
-    ticks,
-)
-from scorekit.testing.apps import respond
+from scorekit.testing import Backend, Flavor, Scenario, make_server, run_scenario, run_script
+from scorekit.testing.apps import BehaviourApp, is_final, respond, ticks
+from scorekit.testing.scopes import make_scope
+from scorekit.testing.servers import FakeServer
 from scorekit.testing.strategies import final_forms, scenarios
 
 from .conftest import EXAMPLES, PROPERTY, Labelled, each_backend, each_flavor, run

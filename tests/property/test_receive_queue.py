@@ -13,24 +13,10 @@ from hypothesis import strategies as st
 
 from scorekit.asgi import ASGIApp, Message, Receive, Scope, Send
 from scorekit.lifecycle import LifecycleMiddleware, lifecycle_of
-from scorekit.testing import (
-    FLAVORS,
-    AppBehaviour,
-    AppObservation,
-    AppRecorder,
-    Audit,
-    Backend,
-    BehaviourApp,
-    BehaviourKind,
-    ClientScript,
-    DisconnectPoint,
-    Flavor,
-    Scenario,
-    is_final,
-    make_server,
-    run_script,
-)
-from scorekit.testing.apps import respond
+from scorekit.testing import FLAVORS, AppBehaviour, Backend, ClientScript, Flavor, Scenario, make_server, run_script
+from scorekit.testing.apps import AppObservation, AppRecorder, BehaviourApp, BehaviourKind, is_final, respond
+from scorekit.testing.audit import Audit
+from scorekit.testing.driver import DisconnectPoint
 from scorekit.testing.strategies import app_behaviours, client_scripts, scenarios
 
 from .conftest import K_TICKS, PROPERTY, each_backend, each_flavor, run, run_mw

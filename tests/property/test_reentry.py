@@ -13,15 +13,9 @@ from hypothesis import strategies as st
 from scorekit.asgi import ASGIApp, Message, Receive, Scope, Send
 from scorekit.lifecycle import SCOPE_KEY, Lifecycle, LifecycleMiddleware, lifecycle_of
 from scorekit.load import LoadCounter
-from scorekit.testing import (
-    Backend,
-    BehaviourApp,
-    Flavor,
-    Scenario,
-    make_scope,
-    make_server,
-    run_script,
-)
+from scorekit.testing import Backend, Flavor, Scenario, make_server, run_script
+from scorekit.testing.apps import BehaviourApp
+from scorekit.testing.scopes import make_scope
 from scorekit.testing.strategies import scenarios
 
 from .conftest import PROPERTY, each_backend, each_flavor, run

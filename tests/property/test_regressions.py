@@ -7,15 +7,7 @@ import anyio
 from scorekit.asgi import Receive, Scope, Send
 from scorekit.lifecycle import SCOPE_KEY, LifecycleMiddleware, lifecycle_of
 from scorekit.load import LoadCounter
-from scorekit.testing import (
-    FLAVORS,
-    AppBehaviour,
-    ClientScript,
-    Scenario,
-    make_server,
-    play_scenario,
-    run_script,
-)
+from scorekit.testing import FLAVORS, AppBehaviour, ClientScript, Scenario, make_server, play_scenario, run_script
 
 
 def test_Q12_disconnect_seen_alike_with_two_readers() -> None:

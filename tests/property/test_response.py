@@ -11,17 +11,10 @@ from hypothesis import strategies as st
 
 from scorekit.asgi import Message, Receive, Scope, Send
 from scorekit.lifecycle import LifecycleMiddleware, lifecycle_of
-from scorekit.testing import (
-    AppRecorder,
-    Audit,
-    Backend,
-    ClientDisconnectedError,
-    ClientScript,
-    Flavor,
-    make_server,
-    run_script,
-    ticks,
-)
+from scorekit.testing import Backend, ClientScript, Flavor, make_server, run_script
+from scorekit.testing.apps import AppRecorder, ticks
+from scorekit.testing.audit import Audit
+from scorekit.testing.servers import ClientDisconnectedError
 from scorekit.testing.strategies import client_scripts
 
 from .conftest import PROPERTY, each_backend, each_flavor, run
