@@ -119,7 +119,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "receive() forgets that the app asked: the pump never reads past the first message",
         "        self._app_asked = True\n",
         "",
-        (_QUEUE + "test_Q3_body_is_prefix", _QUEUE + "test_Q6_single_terminator"),
+        (_CANCEL + "test_C10_busy_reader_is_cancelled_within_k_ticks",),
     ),
     Mutant(
         "L11",

@@ -1,4 +1,4 @@
-"""C1-C6: cancellation on disconnect, no cancellation after the response, structured cleanup."""
+"""C1-C6, C10: cancellation on disconnect, no cancellation after the response, structured cleanup."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from typing import Any, Literal
 import anyio
 import anyio.lowlevel
 import pytest
-from hypothesis import given, target
+from hypothesis import example, given, target
 from hypothesis import strategies as st
 
 from scorekit.asgi import ASGIApp, Receive, Scope, Send
 from scorekit.lifecycle import LifecycleMiddleware
 from scorekit.load import LoadCounter
-from scorekit.testing import AppBehaviour, Backend, Flavor, Scenario, make_server, run_script
-from scorekit.testing.apps import AppError, AppRecorder, BehaviourApp, BehaviourKind, respond, ticks
+from scorekit.testing import AppBehaviour, Backend, ClientScript, Flavor, Scenario, make_server, run_script
+from scorekit.testing.apps import AppError, AppRecorder, BehaviourApp, BehaviourKind, is_final, respond, ticks
 from scorekit.testing.audit import Audit
 from scorekit.testing.strategies import client_scripts, scenarios
 
@@ -282,3 +282,67 @@ def test_C6_cleanup_runs_before_return(flavor: Flavor, backend: Backend, scenari
 
     run(backend, main)
     assert probe.started_then_finished is True
+
+
+class BusyAfterReading:
+    """Reads up to ``reads`` messages, then works on what it has without reading: a handler busy with a chunk.
+
+    Only a disconnect or an outside cancellation ends it; an ``http.disconnect`` read first makes it return.
+    """
+
+    def __init__(self, audit: Audit, reads: int) -> None:
+        self.recorder = AppRecorder(audit)
+        self.reads = reads
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            for _ in range(self.reads):
+                message = await self.recorder.receive(receive)
+                if message["type"] == "http.disconnect":
+                    self.recorder.note("app.return")
+                    return
+                if is_final(message):
+                    break
+            self.recorder.note("app.waiting")
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            self.recorder.note("app.cancelled")
+            raise
+
+
+@each_flavor
+@each_backend
+@PROPERTY
+@given(
+    script=client_scripts(disconnects=("before_body", "mid_body", "after_body")),
+    reads=st.integers(1, 3),
+    headroom=st.integers(1, 64),
+)
+@example(  # the second frame is buffered while the app works on the first; the disconnect queues behind it
+    script=ClientScript(chunks=(b"first", b"second", b"third"), delays=(0, 2, 2, 2), disconnect="after_body"),
+    reads=1,
+    headroom=1,
+)
+def test_C10_busy_reader_is_cancelled_within_k_ticks(
+    flavor: Flavor, backend: Backend, script: ClientScript, reads: int, headroom: int
+) -> None:
+    """An app that asked for the body and then stops reading is still cancelled within K ticks of the
+    client leaving while the unread body stays under the byte cap: after the first receive() the pump
+    reads on past buffered chunks, so a disconnect queued behind them is seen."""
+    server = make_server(flavor)
+    app = BusyAfterReading(server.audit, reads)
+    cap = len(script.body) + headroom  # the buffer can never reach the cap
+
+    async def main() -> None:
+        outcome = await run_script(LifecycleMiddleware(app, max_buffer_bytes=cap), script, server=server)
+        assert not outcome.hung, "the disconnect was never seen: the app worked on for ever"
+        assert outcome.returned
+
+    run(backend, main)
+    audit = server.audit
+    gone = first_tick(audit, "client.disconnect")
+    ended = first_tick(audit, "app.cancelled", "app.return")
+    assert gone is not None and ended is not None
+    queued = len(script.chunks) + 2  # messages a one-shot server may queue ahead of the disconnect
+    target(float(ended - gone))
+    assert ended - gone <= K_TICKS + queued

@@ -2,7 +2,7 @@
 
 Each test states the invariant as written in asgi-lifecycle-notes.md §8 and is marked
 ``xfail(strict=True)``: it fails today, and the suite turns red the day the middleware is fixed (then
-drop the marker). Names avoid the invariant ids so that ``-k C1`` still selects exactly the C1 test.
+drop the marker). Names avoid the invariant ids so that ``-k C1_`` still selects exactly the C1 test.
 """
 
 from __future__ import annotations
