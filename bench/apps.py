@@ -27,6 +27,7 @@ from scorekit.http import Response as ScorekitResponse
 from scorekit.lifecycle import LifecycleMiddleware
 from scorekit.load import LoadCounter
 from scorekit.metrics import Metrics
+from scorekit.middleware.metrics import RequestMetrics
 from scorekit.routing import Route, Router
 
 
@@ -57,7 +58,10 @@ async def _health(_: Request) -> ScorekitResponse:
     return ScorekitResponse(b"", media_type=None)
 
 
-_ROUTES = (Route("POST", "/score", _score), Route("GET", "/health", _health, counts_as_load=False))
+_ROUTES = (
+    Route("POST", "/score", _score),
+    Route("GET", "/health", _health, counts_as_load=False, refused_while_draining=False),
+)
 
 
 def scorekit_router() -> ASGIApp:
@@ -72,11 +76,13 @@ def scorekit_full() -> ASGIApp:
 
 
 def scorekit_metrics() -> ASGIApp:
-    """The full stack plus the per-request Prometheus observer that ``create_app`` installs."""
+    """The full stack plus the request metrics middleware that ``create_app`` installs."""
     load = LoadCounter()
     metrics = Metrics(load, models=lambda: ())
-    router = Router(_ROUTES, state=None, max_body_bytes=1 << 20, observer=metrics.observe_request)
-    return LifecycleMiddleware(router, load=load)
+    router = Router(_ROUTES, state=None, max_body_bytes=1 << 20)
+    return LifecycleMiddleware(
+        RequestMetrics(router, route_of=router.route_of, observe=metrics.observe_request), load=load
+    )
 
 
 def starlette_bare() -> ASGIApp:

@@ -1,4 +1,7 @@
-"""``create_app``: the ASGI app (LifecycleMiddleware → Router → endpoints) and its lifespan.
+"""``create_app``: the ASGI app and its lifespan.
+
+The stack, outermost first: LifecycleMiddleware → InFlight → RequestMetrics → the caller's ``middleware``
+→ DrainGate → Router → endpoints (see :mod:`scorekit.middleware`).
 
 The lifespan loads every served model and starts one engine (batcher and worker thread) per model. A host
 app that mounts scorekit (Starlette and FastAPI do not run a mounted app's lifespan) composes
@@ -8,24 +11,27 @@ app that mounts scorekit (Starlette and FastAPI do not run a mounted app's lifes
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 
 import anyio.to_thread
+from starlette.middleware import Middleware
 
 from scorekit import __version__
 from scorekit.api.errors import as_http_error
 from scorekit.api.openapi import build_openapi
 from scorekit.api.routes import ROUTES
 from scorekit.api.state import ServerState, shutting_down
-from scorekit.asgi import Receive, Scope, Send
+from scorekit.asgi import ASGIApp, Receive, Scope, Send
 from scorekit.engine import Engine
-from scorekit.inflight import InFlight
 from scorekit.lifecycle import LifecycleMiddleware
 from scorekit.load import LoadCounter
 from scorekit.logs import ensure_visible
 from scorekit.metrics import Metrics
+from scorekit.middleware.drain import DrainGate
+from scorekit.middleware.inflight import InFlight
+from scorekit.middleware.metrics import RequestMetrics
 from scorekit.models import default_model_path, load_backend
 from scorekit.models.base import Backend
 from scorekit.registry import ModelRegistry
@@ -44,6 +50,7 @@ class ScorekitApp:
         *,
         backends: Mapping[str, Backend] | None = None,
         routes: Iterable[Route | Alias] = ROUTES,
+        middleware: Sequence[Middleware] = (),
     ) -> None:
         self.settings = settings
         self._backends = dict(backends or {})  # loaded already (by `scorekit serve`), keyed by served name
@@ -62,11 +69,13 @@ class ScorekitApp:
             table,
             state=self.state,
             max_body_bytes=settings.max_body_bytes,
-            observer=self.metrics.observe_request,
-            gate=self.state.refuse_new_work_when_draining,
             errors=as_http_error,
         )
-        self._in_flight = InFlight(router)
+        stack: ASGIApp = DrainGate(router, route_of=router.route_of, draining=lambda: self.state.draining)
+        for cls, args, kwargs in reversed(middleware):
+            stack = cls(stack, *args, **kwargs)
+        stack = RequestMetrics(stack, route_of=router.route_of, observe=self.metrics.observe_request)
+        self._in_flight = InFlight(stack)
         self._stack = LifecycleMiddleware(self._in_flight, load=self.load)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -159,8 +168,13 @@ def create_app(
     *,
     backends: Mapping[str, Backend] | None = None,
     routes: Iterable[Route | Alias] = ROUTES,
+    middleware: Sequence[Middleware] = (),
 ) -> ScorekitApp:
     """The embedding entry point: an ASGI app for ``settings`` (default: the embedded MiniLM model).
 
-    ``backends`` are models loaded already, by served name; the lifespan loads the others."""
-    return ScorekitApp(settings or Settings(), backends=backends, routes=routes)
+    ``backends`` are models loaded already, by served name; the lifespan loads the others. ``middleware``
+    (Starlette's ``Middleware(cls, *args, **kwargs)``, outermost first) sit under the lifecycle
+    middleware, which stays the only reader of the server's ``receive``, and under the request metrics,
+    which count what they answer; the drain gate and the router are below them, so a CORS middleware also
+    dresses a draining server's 503."""
+    return ScorekitApp(settings or Settings(), backends=backends, routes=routes, middleware=middleware)

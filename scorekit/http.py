@@ -1,4 +1,5 @@
-"""What endpoints see and return: a read request, a response, an error. No ASGI messages here."""
+"""What endpoints see and return: a read request, a response, an error; and ``send_response``, the one place a
+Response becomes ASGI messages."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from scorekit.asgi import Send
 from scorekit.schemas import ErrorBody, ErrorInfo
 
 _JSON = b"application/json"
@@ -59,6 +61,16 @@ class HTTPError(Exception):
     def to_response(self) -> Response:
         info = ErrorInfo(message=self.message, type=self.error_type, param=self.param, code=self.status)
         return Response(msgspec.json.encode(ErrorBody(error=info)), self.status, headers=list(self.headers))
+
+
+async def send_response(send: Send, response: Response) -> None:
+    """Send ``response`` whole: its length, its media type, its own headers, then the body in one message."""
+    headers = [(b"content-length", str(len(response.body)).encode())]
+    if response.media_type is not None:
+        headers.append((b"content-type", response.media_type))
+    headers.extend(response.headers)
+    await send({"type": "http.response.start", "status": response.status, "headers": headers})
+    await send({"type": "http.response.body", "body": response.body})
 
 
 def bad_request(message: str, param: str | None = None) -> HTTPError:

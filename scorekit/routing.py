@@ -10,7 +10,6 @@ writes back (the ``Link``, a 404 message) carries the prefix. A WebSocket handsh
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -18,12 +17,10 @@ from typing import Any
 import msgspec
 
 from scorekit.asgi import Receive, Scope, Send, lifecycle_hooks
-from scorekit.http import HTTPError, Request, Response
+from scorekit.http import HTTPError, Request, Response, send_response
 
 Endpoint = Callable[[Request], Awaitable[msgspec.Struct | Response]]
 
-# nginx's status for "the client closed the connection before the response": only ever a metric label.
-CLIENT_CLOSED_REQUEST = 499
 # How much of a client-sent path an error message repeats.
 ECHO_LIMIT = 200
 
@@ -36,8 +33,10 @@ _warned_aliases: set[str] = set()
 class Route:
     """A canonical path. ``body`` and ``returns`` describe it in /openapi.json; the router ignores them.
 
-    ``counts_as_load`` is false for service routes, so polling /load or /health is not load. ``api`` is what
-    an error message calls the endpoint ("the Rerank API").
+    Two flags, false for the service routes (/health, /load, /metrics ...): ``counts_as_load``, whether the
+    request counts in /load (and so holds up a drain), and ``refused_while_draining``, whether a draining
+    server turns it away (see :mod:`scorekit.middleware.drain`). ``api`` is what an error message calls the
+    endpoint ("the Rerank API").
     """
 
     method: str
@@ -47,6 +46,7 @@ class Route:
     returns: type[msgspec.Struct] | None = None
     summary: str = ""
     counts_as_load: bool = True
+    refused_while_draining: bool = True
     api: str = ""
 
 
@@ -70,12 +70,8 @@ class ClientGone(Exception):
     """The client disconnected before its body arrived; there is nobody to answer."""
 
 
-RequestObserver = Callable[[str, int, float], None]
 # Turns an exception an endpoint let out into its answer, given the route's ``api`` name; None: a 500.
 ErrorMapper = Callable[[Exception, str], HTTPError | None]
-# Runs once a request is routed, before its body is read, with the route's ``counts_as_load``; raising
-# HTTPError refuses it (e.g. draining). A bool, not the Route, so the gate's owner needs nothing from here.
-RouteGate = Callable[[bool], None]
 
 
 class Router:
@@ -87,16 +83,12 @@ class Router:
         *,
         state: Any,
         max_body_bytes: int,
-        observer: RequestObserver | None = None,
-        gate: RouteGate | None = None,
         errors: ErrorMapper | None = None,
     ) -> None:
         self.state = state
         self._errors = errors
         self.max_body_bytes = max_body_bytes
         self.table = tuple(table)
-        self._observer = observer
-        self._gate = gate
         self._paths: dict[str, dict[str, _Target]] = {}
         entries = self.table
         for entry in entries:
@@ -112,31 +104,28 @@ class Router:
             # Closing before accepting is how ASGI refuses a handshake; the server answers it with 403.
             await send({"type": "websocket.close", "code": 1008})
             return
-        started = time.perf_counter()
-        label = "unmatched"
-        status = CLIENT_CLOSED_REQUEST
         try:
             try:
                 target = self._match(scope)
-                label = target.route.path
-                if self._gate is not None:
-                    # Before the load label: a refused request (a drain's 503) is never load.
-                    self._gate(target.route.counts_as_load)
                 lifecycle = lifecycle_hooks(scope)
                 if lifecycle is not None and target.route.counts_as_load:
-                    lifecycle.set_route(label)
+                    lifecycle.set_route(target.route.path)
                 response = await self._call_endpoint(target.route, scope, receive)
                 if target.alias is not None and target.alias.deprecated:
                     response.headers.extend(_deprecation_headers(target.alias, target.route, scope))
             except HTTPError as error:
                 response = error.to_response()
-            await _send_response(send, response)
-            status = response.status
+            await send_response(send, response)
         except ClientGone:
             return
-        finally:
-            if self._observer is not None:
-                self._observer(label, status, time.perf_counter() - started)
+
+    def route_of(self, scope: Scope) -> Route | None:
+        """The route an HTTP request will reach (through its alias, if any); None: a 404 or a 405.
+
+        For the middleware above the router that act on the route (the drain gate, request metrics)."""
+        methods = self._paths.get(_route_path(scope))
+        target = methods.get(scope["method"]) if methods is not None else None
+        return target.route if target is not None else None
 
     def _match(self, scope: Scope) -> _Target:
         methods = self._paths.get(_route_path(scope))
@@ -223,17 +212,8 @@ def _deprecation_headers(alias: Alias, route: Route, scope: Scope) -> list[tuple
 async def _answer_broken_body(send: Send) -> None:
     """What a request gets whose stream ended mid-body (malformed chunked framing, a half-closed upload)."""
     error = HTTPError(400, "The request body ended before it was complete.", param="body")
-    await _send_response(send, error.to_response())
+    await send_response(send, error.to_response())
 
 
 def _too_large(limit: int) -> HTTPError:
     return HTTPError(413, f"Request body is larger than the limit of {limit} bytes.", param="body")
-
-
-async def _send_response(send: Send, response: Response) -> None:
-    headers = [(b"content-length", str(len(response.body)).encode())]
-    if response.media_type is not None:
-        headers.append((b"content-type", response.media_type))
-    headers.extend(response.headers)
-    await send({"type": "http.response.start", "status": response.status, "headers": headers})
-    await send({"type": "http.response.body", "body": response.body})

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from msgspec import UNSET, Meta, Struct, UnsetType
+from msgspec import UNSET, Meta, Struct, UnsetType, field
 
 # msgspec decodes any JSON integer (10**30 too) into an unbounded Python int; a count field stops at int64.
 INT64_MAX = 2**63 - 1
@@ -173,4 +173,8 @@ class ModelList(Struct):
 
 
 class LoadResponse(Struct):
+    """vLLM's ``server_load`` (scoring requests in flight, counted from routing to the last byte), and per
+    served model the requests its engine is working on (admitted, not yet answered)."""
+
     server_load: int
+    models: dict[str, int] = field(default_factory=dict)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from scorekit.api.generative import generative_scoring
 from scorekit.api.rerank import rerank
 from scorekit.api.score import score
 from scorekit.api.service import health, load, metrics, models, openapi
-from scorekit.routing import Alias, Route
+from scorekit.routing import Alias, Endpoint, Route
 from scorekit.schemas import (
     GenerativeScoringRequest,
     GenerativeScoringResponse,
@@ -17,6 +19,12 @@ from scorekit.schemas import (
     ScoreRequest,
     ScoreResponse,
 )
+
+
+def _service(path: str, endpoint: Endpoint, summary: str, returns: type[msgspec.Struct] | None = None) -> Route:
+    """A GET that is not scoring work: never load, and open while the server drains."""
+    return Route("GET", path, endpoint, None, returns, summary, counts_as_load=False, refused_while_draining=False)
+
 
 ROUTES: tuple[Route | Alias, ...] = (
     Route("POST", "/score", score, ScoreRequest, ScoreResponse, "Score text pairs: 1:1, 1:N or N:N.", api="Score"),
@@ -33,9 +41,9 @@ ROUTES: tuple[Route | Alias, ...] = (
         "Next-token probabilities of label tokens after query + item.",
         api="Generative Scoring",
     ),
-    Route("GET", "/health", health, summary="200 while the model worker is alive.", counts_as_load=False),
-    Route("GET", "/load", load, returns=LoadResponse, summary="Scoring requests in flight.", counts_as_load=False),
-    Route("GET", "/v1/models", models, returns=ModelList, summary="The served model.", counts_as_load=False),
-    Route("GET", "/metrics", metrics, summary="Prometheus metrics.", counts_as_load=False),
-    Route("GET", "/openapi.json", openapi, summary="This document.", counts_as_load=False),
+    _service("/health", health, "200 while every model's worker is alive."),
+    _service("/load", load, "Scoring requests in flight.", returns=LoadResponse),
+    _service("/v1/models", models, "The served models.", returns=ModelList),
+    _service("/metrics", metrics, "Prometheus metrics."),
+    _service("/openapi.json", openapi, "This document."),
 )

@@ -32,7 +32,8 @@ async def health(request: Request) -> Response:
 
 async def load(request: Request) -> LoadResponse:
     state: ServerState = request.state
-    return LoadResponse(server_load=state.load.routed)
+    by_model = {served.name: served.engine.active_requests if served.engine else 0 for served in state.models}
+    return LoadResponse(server_load=state.load.routed, models=by_model)
 
 
 async def models(request: Request) -> ModelList:

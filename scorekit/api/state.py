@@ -22,14 +22,6 @@ class ServerState:
     openapi: bytes = b"{}"
     started_at: int = field(default_factory=lambda: int(time.time()))
 
-    def refuse_new_work_when_draining(self, counts_as_load: bool) -> None:
-        """The router's gate: once draining, new scoring requests get 503; those already routed finish.
-
-        The router calls it with the route's ``counts_as_load`` (a scoring route) before it labels the request
-        as load, so what it refuses never counts in /load nor holds up the drain."""
-        if self.draining and counts_as_load:
-            raise shutting_down()
-
 
 def shutting_down(message: str = "The server is shutting down.") -> HTTPError:
     """A draining server's 503. ``Connection: close`` sends a keep-alive client (or a balancer's pooled

@@ -155,12 +155,15 @@ def test_a_client_that_leaves_one_model_leaves_the_other_untouched(
         sock.sendall(http_head("POST", "/rerank", head) + body)
         assert held_tiny.entered.wait(60)
         assert wait_for(lambda: tiny.active_requests == 1 and tiny.batcher.queued == 36, timeout=60)
+        assert live.json("GET", "/load")[1] == {"server_load": 2, "models": {MINILM: 1, TINY_CE: 1}}
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         sock.close()
         assert wait_for(lambda: tiny.active_requests == 0 and tiny.batcher.queued == 0, timeout=60)
         # The other model's request is exactly where it was.
         assert (minilm.active_requests, minilm.batcher.queued) == (1, 9)
-        assert waiting.is_alive() and live.load() == 1
+        assert waiting.is_alive()
+        left = {"server_load": 1, "models": {MINILM: 1, TINY_CE: 0}}
+        assert wait_for(lambda: live.json("GET", "/load")[1] == left), live.json("GET", "/load")[1]
     finally:
         held.release.set()
         held_tiny.release.set()

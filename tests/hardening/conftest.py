@@ -46,7 +46,14 @@ async def _count_tasks(request: Request) -> Response:
 
 PROBE_ROUTES: tuple[Route | Alias, ...] = (
     *ROUTES,
-    Route("GET", TASKS_PATH, _count_tasks, summary="Test only: asyncio tasks.", counts_as_load=False),
+    Route(
+        "GET",
+        TASKS_PATH,
+        _count_tasks,
+        summary="Test only: asyncio tasks.",
+        counts_as_load=False,
+        refused_while_draining=False,
+    ),
 )
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import anyio
 
 from scorekit.asgi import ASGIApp, Message, Receive, Scope, Send
-from scorekit.http import HTTPError
+from scorekit.http import HTTPError, send_response
 
 
 class InFlight:
-    """Sits between the lifecycle middleware and the router; passes everything but HTTP through."""
+    """The first layer under the lifecycle middleware; passes everything but HTTP through."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -54,15 +54,8 @@ class InFlight:
             with cancel:
                 await self.app(scope, receive, tracked)
             if cancel.cancel_called and not started and self._answer is not None:
-                await _send_error(send, self._answer)
+                await send_response(send, self._answer.to_response())
         finally:
             self._running.discard(cancel)
             if not self._running and self._emptied is not None:
                 self._emptied.set()
-
-
-async def _send_error(send: Send, error: HTTPError) -> None:
-    response = error.to_response()
-    headers = [(b"content-length", str(len(response.body)).encode()), (b"content-type", b"application/json")]
-    await send({"type": "http.response.start", "status": response.status, "headers": headers + response.headers})
-    await send({"type": "http.response.body", "body": response.body})
