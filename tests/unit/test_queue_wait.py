@@ -52,12 +52,14 @@ def test_an_overdue_job_is_expired_before_the_next_batch_and_a_started_one_is_no
     assert first is not None and [item.job for item in first] == [started]
     assert started.started_at == 1.0 and waiting.started_at is None
     clock.now = 6.5  # `started` queued 6.5 s ago, `waiting` 5.5 s ago: both past 5 s, one of them has run
+    fresh = job_of([2])  # queued just now: the batch after next is its
+    batcher.submit(fresh)
     second = batcher.next_batch()
     assert second is not None and [item.job for item in second] == [started]
     assert waiting.done and isinstance(waiting.error, QueueTimeout) and isinstance(waiting.error, Overloaded)
     assert waiting.results == [None, None]  # none of its items ran
     assert "waited more than 5 s in the queue" in waiting.error.message
-    assert (batcher.queued, batcher.queued_tokens) == (0, 0)
+    assert (batcher.queued, batcher.queued_tokens) == (1, 2)  # only `fresh`
     assert not started.done  # its last item ran; the worker delivers it
 
 
