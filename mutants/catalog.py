@@ -37,6 +37,7 @@ _REGRESSIONS = "tests/property/test_regressions.py::"
 _BATCHING = "tests/unit/test_batching.py"
 _WORKER = "tests/unit/test_worker.py"
 _WORKER_DEATH = "tests/unit/test_worker_death.py"
+_QUEUE_WAIT = "tests/unit/test_queue_wait.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- the lifecycle: the six that once survived the whole suite --------------------------------------
@@ -442,18 +443,18 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "B07",
         BATCHING,
-        "cancel forgets the dropped items in the queue count",
-        "                job._pending.clear()\n                self._queued -= dropped\n",
-        "                job._pending.clear()\n",
-        (_BATCHING,),
+        "taking a job out (cancel, expire) forgets its items in the queue count",
+        "            self._queued -= dropped\n",
+        "",
+        (_BATCHING, _QUEUE_WAIT),
     ),
     Mutant(
         "B08",
         BATCHING,
-        "cancel leaves the emptied job in the queue",
-        "                self._jobs.remove(job)\n",
+        "taking a job out (cancel, expire) leaves the emptied job in the queue",
+        "            self._jobs.remove(job)\n",
         "",
-        (_BATCHING,),
+        (_BATCHING, _QUEUE_WAIT),
     ),
     Mutant(
         "B09",
@@ -527,6 +528,30 @@ MUTANTS: tuple[Mutant, ...] = (
         "self._jobs = deque(job for job in self._jobs if job._pending)",
         "self._jobs = deque(self._jobs)",
         (_BATCHING,),
+    ),
+    Mutant(
+        "B18",
+        BATCHING,
+        "the queue-wait deadline cuts a job whose first batch has run",
+        "if job.done or job.started_at is not None or self.max_queue_wait is None:",
+        "if job.done or self.max_queue_wait is None:",
+        (_QUEUE_WAIT,),
+    ),
+    Mutant(
+        "B19",
+        BATCHING,
+        "the batcher cuts overdue jobs into batches (only the event loop's timer expires them)",
+        "                self._expire_overdue()\n",
+        "",
+        (_QUEUE_WAIT,),
+    ),
+    Mutant(
+        "B20",
+        BATCHING,
+        "cut items stay in the queued-tokens gauge",
+        "            self._queued_tokens -= job.inputs[index].cost\n",
+        "",
+        (_QUEUE_WAIT,),
     ),
     # -- the worker -------------------------------------------------------------------------------------
     Mutant(

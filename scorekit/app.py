@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from functools import partial
 
 import anyio.to_thread
 from starlette.middleware import Middleware
@@ -28,7 +27,7 @@ from scorekit.engine import Engine
 from scorekit.lifecycle import LifecycleMiddleware
 from scorekit.load import LoadCounter
 from scorekit.logs import ensure_visible
-from scorekit.metrics import Metrics
+from scorekit.metrics import Metrics, ModelGauge
 from scorekit.middleware.drain import DrainGate
 from scorekit.middleware.inflight import InFlight
 from scorekit.middleware.metrics import RequestMetrics
@@ -120,12 +119,7 @@ class ScorekitApp:
         backend = self._backends.get(name) or load_backend(
             spec.path or default_model_path(), kind=spec.kind, device=spec.device, dtype=spec.dtype
         )
-        engine = Engine(
-            backend,
-            spec.engine,
-            on_batch=partial(self.metrics.observe_batch, name),
-            on_dropped=partial(self.metrics.observe_dropped, name),
-        )
+        engine = Engine(backend, spec.engine, observer=self.metrics.model(name))
         engine.start()
         logger.info(
             "scorekit %s serving %s (%s, inputs up to %d tokens) as %r",
@@ -142,10 +136,14 @@ class ScorekitApp:
         self.models.remove(name)
         await anyio.to_thread.run_sync(engine.stop, self.settings.shutdown_timeout)
 
-    def _model_gauges(self) -> Iterator[tuple[str, int, int]]:
+    def _model_gauges(self) -> Iterator[ModelGauge]:
         for served in self.models:
             engine = served.engine
-            yield served.name, engine.batcher.queued if engine else 0, engine.active_requests if engine else 0
+            if engine is None:
+                yield ModelGauge(served.name, 0, 0, 0)
+            else:
+                batcher = engine.batcher
+                yield ModelGauge(served.name, batcher.queued, batcher.queued_tokens, engine.active_requests)
 
     async def _serve_lifespan(self, receive: Receive, send: Send) -> None:
         await receive()  # lifespan.startup

@@ -6,15 +6,22 @@ from the jobs with the fewest items left, so a small request finishes in one bat
 requests finish in arrival order. Inside a job, items go in
 length order, so consecutive batches hold similar lengths and little padding. A cancelled
 job's queued items are removed at once and never run.
+
+With ``max_queue_wait``, a job none of whose items has run that long after it was queued is taken out and
+failed with :class:`~scorekit.errors.QueueTimeout`: the engine asks for that at the deadline (``expire``),
+and ``next_batch`` checks it too, so an overdue job never runs even when the event loop is late.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
+from collections.abc import Callable
 
 import torch
 
+from scorekit.errors import QueueTimeout
 from scorekit.jobs import Job, WorkItem
 from scorekit.models.base import Encoded
 
@@ -30,18 +37,35 @@ class QueueFull(Exception):
 class Batcher:
     """Jobs in, batches out. ``submit``/``cancel`` run on the event loop; ``next_batch`` on the worker."""
 
-    def __init__(self, *, max_batch_tokens: int, max_batch_size: int, max_queued_items: int) -> None:
+    def __init__(
+        self,
+        *,
+        max_batch_tokens: int,
+        max_batch_size: int,
+        max_queued_items: int,
+        max_queue_wait: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_size = max_batch_size
         self.max_queued_items = max_queued_items
+        self.max_queue_wait = max_queue_wait
+        self._clock = clock
         self._ready = threading.Condition()
         self._jobs: deque[ModelJob] = deque()
         self._queued = 0
+        self._queued_tokens = 0
         self._closed = False
 
     @property
     def queued(self) -> int:
+        """Items waiting to run."""
         return self._queued
+
+    @property
+    def queued_tokens(self) -> int:
+        """The unpadded tokens of the items waiting to run: the work ahead, which items alone do not say."""
+        return self._queued_tokens
 
     def submit(self, job: ModelJob) -> None:
         with self._ready:
@@ -52,20 +76,47 @@ class Batcher:
             if not job.inputs:
                 job._finish()
                 return
+            job.queued_at = self._clock()
             self._jobs.append(job)
             self._queued += len(job.inputs)
+            self._queued_tokens += sum(item.cost for item in job.inputs)
             self._ready.notify()
 
     def cancel(self, job: ModelJob) -> int:
         """Drop the job's items that have not run yet; return how many were dropped."""
         with self._ready:
             job.cancelled = True
-            dropped = len(job._pending)
-            if dropped:
-                job._pending.clear()
-                self._queued -= dropped
-                self._jobs.remove(job)
-            return dropped
+            return self._remove(job)
+
+    def expire(self, job: ModelJob) -> bool:
+        """At its queue-wait deadline: take the job out and fail it with QueueTimeout, unless some of its work
+        has run (or it is over); whether it was taken out."""
+        with self._ready:
+            return self._expire(job)
+
+    def _expire(self, job: ModelJob) -> bool:
+        if job.done or job.started_at is not None or self.max_queue_wait is None:
+            return False
+        self._remove(job)
+        job.fail(QueueTimeout(self.max_queue_wait))
+        return True
+
+    def _expire_overdue(self) -> None:
+        if self.max_queue_wait is None:
+            return
+        now = self._clock()
+        for job in [job for job in self._jobs if now - job.queued_at > self.max_queue_wait]:
+            self._expire(job)
+
+    def _remove(self, job: ModelJob) -> int:
+        """Take the job's pending items out of the queue; how many there were."""
+        dropped = len(job._pending)
+        if dropped:
+            self._queued -= dropped
+            self._queued_tokens -= sum(job.inputs[index].cost for index in job._pending)
+            job._pending.clear()
+            self._jobs.remove(job)
+        return dropped
 
     def close(self) -> None:
         with self._ready:
@@ -77,20 +128,23 @@ class Batcher:
         with self._ready:
             self._closed = True
             jobs, self._jobs = self._jobs, deque()
-            self._queued = 0
+            self._queued = self._queued_tokens = 0
             for job in jobs:
                 job._pending.clear()
                 job.fail(error)
             self._ready.notify_all()
 
     def next_batch(self) -> list[ModelItem] | None:
-        """Block until there is work, then cut one batch; None once closed and drained."""
+        """Block until there is work, then cut one batch; None once closed and drained. Overdue jobs are
+        expired first, so none of their work runs."""
         with self._ready:
-            while not self._jobs:
+            while True:
+                self._expire_overdue()
+                if self._jobs:
+                    return self._cut()
                 if self._closed:
                     return None
                 self._ready.wait()
-            return self._cut()
 
     def _cut(self) -> list[ModelItem]:
         """One item from every queued job first (nobody starves), then fill from the shortest jobs."""
@@ -104,7 +158,10 @@ class Batcher:
             if len(batch) >= self.max_batch_size or (batch and cost * (len(batch) + 1) > self.max_batch_tokens):
                 return False
             job._pending.popleft()
+            if job.started_at is None:
+                job.started_at = self._clock()
             batch.append(WorkItem(job, index))
+            self._queued_tokens -= job.inputs[index].cost
             longest = cost
             return True
 

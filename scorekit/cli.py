@@ -195,6 +195,14 @@ _FLAGS = (
         "Requests in flight before 503",
         metavar="N",
     ),
+    _Flag(
+        "max-queue-wait",
+        _seconds(zero=False),
+        _ENGINE.max_queue_wait,
+        "Seconds a request may wait in the queue before any of its work runs; past it, 503 with Retry-After",
+        "off",
+        metavar="SECONDS",
+    ),
     _Flag("max-body-bytes", _whole(1), _SETTINGS.max_body_bytes, "Largest request body (413 above)", metavar="BYTES"),
     _Flag(
         "max-items-per-request",
@@ -294,6 +302,7 @@ def _model_specs(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
         max_batch_size=args.max_batch_size,
         max_queued_items=args.max_queued_items,
         max_concurrent_requests=args.max_concurrent_requests,
+        max_queue_wait=args.max_queue_wait,
     )
     specs = []
     for entry in entries:

@@ -6,7 +6,11 @@ Endpoints call a task method (:meth:`Engine.score_pairs`, :meth:`Engine.label_sc
 the capability turns the request into a :class:`~scorekit.models.base.Plan`; the engine checks it can ever
 fit, admits it, tokenizes it (in a thread when large), queues it, awaits it and lets the plan finish it.
 If the request is cancelled (its client left), tokenizing stops at its next checkpoint and the ``finally``
-here removes its queued items before they run.
+here removes its queued items before they run. With ``max_queue_wait``, a request none of whose work has run
+by then is taken out of the queue at that deadline and answered :class:`~scorekit.errors.QueueTimeout`.
+
+What happens to each request (its tokenizing time, queue wait, rejection, cancellation or failure) is told
+to an :class:`EngineObserver`, the app's metrics, where it happens.
 """
 
 from __future__ import annotations
@@ -14,10 +18,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -25,11 +30,21 @@ import anyio.to_thread
 import torch
 
 from scorekit.batching import Batcher, ModelJob, QueueFull
-from scorekit.errors import InputTooLong, InvalidRequest, NotReady, Overloaded, Unsupported
+from scorekit.errors import (
+    InputTooLong,
+    InvalidRequest,
+    ModelFailure,
+    NotReady,
+    Overloaded,
+    QueueTimeout,
+    ScorekitError,
+    Unsupported,
+    WorkerDied,
+)
 from scorekit.models.base import Backend, Checkpoint, Encoded, LabelScorer, PairScorer, Plan, no_checkpoint
 from scorekit.settings import EngineConfig
 from scorekit.tasks import LabelQuery, LabelScores, PairOptions, PairScores, ParamOf
-from scorekit.worker import BatchObserver, ModelWorker
+from scorekit.worker import ModelWorker
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -51,32 +66,53 @@ class EngineStats:
     tokenizing_stopped: int = 0
 
 
+class EngineObserver(Protocol):
+    """What one engine reports as it works (``scorekit.metrics.ModelMetrics`` counts it). ``batch`` is called
+    from the worker thread; the rest from the event loop. Reasons and stages are short fixed words."""
+
+    def batch(self, size: int, tokens: int, seconds: float) -> None:
+        """A batch ran: its items, padded tokens and forward time."""
+
+    def dropped(self, items: int) -> None:
+        """Queued items of a cancelled request were taken out before they ran."""
+
+    def tokenized(self, seconds: float) -> None:
+        """A request's inputs were tokenized in this time."""
+
+    def waited(self, seconds: float) -> None:
+        """A request's first item ran this long after it was queued."""
+
+    def rejected(self, reason: str) -> None:
+        """A request was refused before any of its work ran: not_ready, too_many_inputs, overloaded,
+        too_long, invalid or queue_timeout."""
+
+    def cancelled(self, stage: str) -> None:
+        """A request's client left while it was tokenizing, queued or running."""
+
+    def failed(self, reason: str) -> None:
+        """A request's batch failed: model_error, or worker_died."""
+
+
 class Engine:
     """One model, its batcher and its worker thread."""
 
-    def __init__(
-        self,
-        backend: Backend,
-        config: EngineConfig,
-        *,
-        on_batch: BatchObserver | None = None,
-        on_dropped: Callable[[int], None] | None = None,
-    ) -> None:
+    def __init__(self, backend: Backend, config: EngineConfig, *, observer: EngineObserver) -> None:
         self.backend = backend
         self.config = config
         self.batcher = Batcher(
             max_batch_tokens=config.max_batch_tokens,
             max_batch_size=config.max_batch_size,
             max_queued_items=config.max_queued_items,
+            max_queue_wait=config.max_queue_wait,
         )
         self.worker = ModelWorker(
             backend,
             next_batch=self.batcher.next_batch,
             close=self.batcher.close,
             on_death=self.batcher.fail_all,
-            on_batch=on_batch,
+            on_batch=observer.batch,
         )
-        self._on_dropped = on_dropped
+        self._observer = observer
         self._active = 0
         self.stats = EngineStats()
 
@@ -115,20 +151,35 @@ class Engine:
         """Run one request's plan: every limit its shape decides is checked before any tokenizing, so an
         impossible request costs nothing but its decoding."""
         if not self.ready:
-            raise NotReady("The model is not ready.")
+            raise self._rejected("not_ready", NotReady("The model is not ready."))
         limit = self.config.max_queued_items
         if plan.count > limit:  # can never be admitted: a 400 now, not a 503 that says retry
-            raise InvalidRequest(
-                f"This request needs {plan.count} model inputs, but the server queues at most {limit}; "
-                "send it as several smaller requests."
+            raise self._rejected(
+                "too_many_inputs",
+                InvalidRequest(
+                    f"This request needs {plan.count} model inputs, but the server queues at most {limit}; "
+                    "send it as several smaller requests."
+                ),
             )
         with self.admit():
+            started = time.perf_counter()
             try:
                 inputs = await self.prepare(plan.encode, chars=plan.chars)
             except InputTooLong as exc:
-                raise exc.named(plan.param_of(exc.index)) from None
+                raise self._rejected("too_long", exc.named(plan.param_of(exc.index))) from None
+            except InvalidRequest as exc:
+                raise self._rejected("invalid", exc) from None
+            except anyio.get_cancelled_exc_class():
+                self._observer.cancelled("tokenizing")
+                raise
+            self._observer.tokenized(time.perf_counter() - started)
             outputs = await self.run(inputs)
         return plan.finish(inputs, outputs)
+
+    def _rejected(self, reason: str, error: ScorekitError) -> ScorekitError:
+        """``error``, counted as a request rejected for ``reason`` before any of its work ran."""
+        self._observer.rejected(reason)
+        return error
 
     def _unsupported(self, task: str) -> Unsupported:
         return Unsupported(f"The {self.backend.kind} model {self.backend.name!r} cannot do {task}.")
@@ -137,7 +188,7 @@ class Engine:
     def admit(self) -> Iterator[None]:
         """Count one request against ``max_concurrent_requests`` for as long as it runs."""
         if self._active >= self.config.max_concurrent_requests:
-            raise Overloaded(f"requests in flight: {self._active}, the limit")
+            raise self._rejected("overloaded", Overloaded(f"requests in flight: {self._active}, the limit"))
         self._active += 1
         try:
             yield
@@ -173,17 +224,39 @@ class Engine:
         try:
             self.batcher.submit(job)
         except QueueFull as exc:
-            raise Overloaded(str(exc)) from None
+            raise self._rejected("overloaded", Overloaded(str(exc))) from None
         try:
-            await done.wait()
+            await self._wait(job, done)
         finally:
-            if not job.done:
+            if not job.done:  # cancelled: its client left
                 dropped = self.batcher.cancel(job)
-                if dropped and self._on_dropped is not None:
-                    self._on_dropped(dropped)
+                if dropped:
+                    self._observer.dropped(dropped)
+                self._observer.cancelled("queued" if job.started_at is None else "running")
+            if job.started_at is not None:
+                self._observer.waited(job.started_at - job.queued_at)
         if job.error is not None:
+            self._count_error(job.error)
             raise job.error
         return [output for output in job.results if output is not None]
+
+    async def _wait(self, job: ModelJob, done: anyio.Event) -> None:
+        """Until the job is done; at ``max_queue_wait`` after it was queued, the batcher expires it unless some
+        of its work has run (a request with a batch running is never cut)."""
+        limit = self.config.max_queue_wait
+        if limit is not None:
+            with anyio.move_on_after(limit):
+                await done.wait()
+            self.batcher.expire(job)
+        await done.wait()
+
+    def _count_error(self, error: BaseException) -> None:
+        if isinstance(error, QueueTimeout):
+            self._observer.rejected("queue_timeout")
+        elif isinstance(error, WorkerDied):
+            self._observer.failed("worker_died")
+        elif isinstance(error, ModelFailure):
+            self._observer.failed("model_error")
 
 
 def _wake_loop(callback: Callable[[], None]) -> Callable[[], None]:

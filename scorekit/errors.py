@@ -77,9 +77,22 @@ class Overloaded(ScorekitError):
     """Admission refused (queue or concurrency limit): retry later."""
 
 
+class QueueTimeout(Overloaded):
+    """The request waited longer than ``max_queue_wait`` before any of its work ran, and was taken out of the
+    queue: answered as :class:`Overloaded` (503, retry later), since a queue that deep is the server's load."""
+
+    def __init__(self, limit: float) -> None:
+        super().__init__(f"this request waited more than {limit:g} s in the queue before any of it ran")
+
+
 class NotReady(ScorekitError):
     """The model is not loaded yet, or its worker died: retry later (another replica may answer)."""
 
 
 class ModelFailure(ScorekitError):
     """The model raised on the batch that held this request's items."""
+
+
+class WorkerDied(ModelFailure):
+    """The model worker thread died: this request, and every one queued with it, cannot run. Answered as a
+    :class:`ModelFailure`; its own type lets the metrics tell a dead worker from one failed batch."""

@@ -30,6 +30,9 @@ class Job(Generic[InputT, OutputT]):
 
     ``notify`` is called exactly once, from the worker thread, when every result is in or the job
     failed; it must only schedule a wake-up on the event loop, never block.
+
+    ``queued_at`` and ``started_at`` are the batcher's clock readings when the job was queued and when its
+    first item was cut into a batch (None until then): its queue wait, and whether any of its work ran.
     """
 
     inputs: list[InputT]
@@ -38,6 +41,8 @@ class Job(Generic[InputT, OutputT]):
     error: BaseException | None = field(default=None, init=False)
     cancelled: bool = field(default=False, init=False)
     done: bool = field(default=False, init=False)
+    queued_at: float = field(default=0.0, init=False)
+    started_at: float | None = field(default=None, init=False)
     _pending: deque[int] = field(init=False)
     _remaining: int = field(init=False)
 

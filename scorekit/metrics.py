@@ -2,12 +2,16 @@
 
 prometheus-client gives the text format, histograms and thread-safe counters for free; the load
 and the queue depth are read at scrape time from their owners, so they are never stale copies.
-What belongs to one model (its batches, queue, dropped items, admitted requests) carries a ``model`` label.
+What belongs to one model (its batches, queue, dropped items, admitted requests, where its requests' time
+goes, and the requests it rejected, lost to their clients or failed) carries a ``model`` label; each engine
+reports to its model's :class:`ModelMetrics`. The split of a request's time into tokenizing, queue wait and
+inference follows text-embeddings-inference, so its dashboards and autoscaling rules carry over.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -17,10 +21,21 @@ from scorekit.load import LoadCounter
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 _POWERS_OF_TWO = tuple(float(2**i) for i in range(11))
+# From half a millisecond (tokenizing one short pair) to a minute (a deep queue on a slow model).
+_SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
-# Per served model at scrape time: (name, items queued, requests admitted to its engine).
-ModelGauges = Callable[[], Iterable[tuple[str, int, int]]]
+@dataclass(frozen=True, slots=True)
+class ModelGauge:
+    """One served model's live numbers, read at scrape time."""
+
+    name: str
+    queued_items: int
+    queued_tokens: int
+    admitted: int
+
+
+ModelGauges = Callable[[], Iterable[ModelGauge]]
 
 
 class Metrics:
@@ -54,21 +69,67 @@ class Metrics:
             ["model"],
             registry=self.registry,
         )
+        self.tokenize = self._seconds("scorekit_tokenize_duration_seconds", "Time a request spent tokenizing.")
+        self.queue_wait = self._seconds(
+            "scorekit_queue_duration_seconds", "Time from a request's queueing to its first item running."
+        )
+        self.inference = self._seconds("scorekit_inference_duration_seconds", "Forward time per model batch.")
+        self.rejected = self._by_model(
+            "scorekit_requests_rejected", "Requests refused before any of their work ran, by reason.", "reason"
+        )
+        self.cancelled = self._by_model(
+            "scorekit_requests_cancelled", "Requests whose client left, by the stage they were in.", "stage"
+        )
+        self.failed = self._by_model("scorekit_requests_failed", "Requests the model failed, by reason.", "reason")
         self.registry.register(_LiveGauges(load, models))
+
+    def _seconds(self, name: str, text: str) -> Histogram:
+        return Histogram(name, text, ["model"], buckets=_SECONDS, registry=self.registry)
+
+    def _by_model(self, name: str, text: str, why: str) -> Counter:
+        return Counter(name, text, ["model", why], registry=self.registry)
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
         self.requests.labels(route, str(status)).inc()
         self.latency.labels(route).observe(seconds)
 
-    def observe_batch(self, model: str, size: int, tokens: int) -> None:
-        self.batch_size.labels(model).observe(size)
-        self.batch_tokens.labels(model).observe(tokens)
-
-    def observe_dropped(self, model: str, items: int) -> None:
-        self.dropped.labels(model).inc(items)
+    def model(self, name: str) -> ModelMetrics:
+        """What one model's engine reports to (an ``EngineObserver``)."""
+        return ModelMetrics(self, name)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class ModelMetrics:
+    """One model's view of the metrics: the engine's observer, labelling everything with the model's name."""
+
+    def __init__(self, metrics: Metrics, model: str) -> None:
+        self._metrics = metrics
+        self._model = model
+
+    def batch(self, size: int, tokens: int, seconds: float) -> None:
+        self._metrics.batch_size.labels(self._model).observe(size)
+        self._metrics.batch_tokens.labels(self._model).observe(tokens)
+        self._metrics.inference.labels(self._model).observe(seconds)
+
+    def dropped(self, items: int) -> None:
+        self._metrics.dropped.labels(self._model).inc(items)
+
+    def tokenized(self, seconds: float) -> None:
+        self._metrics.tokenize.labels(self._model).observe(seconds)
+
+    def waited(self, seconds: float) -> None:
+        self._metrics.queue_wait.labels(self._model).observe(seconds)
+
+    def rejected(self, reason: str) -> None:
+        self._metrics.rejected.labels(self._model, reason).inc()
+
+    def cancelled(self, stage: str) -> None:
+        self._metrics.cancelled.labels(self._model, stage).inc()
+
+    def failed(self, reason: str) -> None:
+        self._metrics.failed.labels(self._model, reason).inc()
 
 
 class _LiveGauges(Collector):
@@ -83,10 +144,14 @@ class _LiveGauges(Collector):
         for route, n in sorted(self._load.per_route().items()):
             per_route.add_metric([route], n)
         queue = GaugeMetricFamily("scorekit_queue_depth", "Items waiting for the model.", labels=["model"])
+        tokens = GaugeMetricFamily(
+            "scorekit_queue_tokens", "Tokens of the items waiting for the model (unpadded).", labels=["model"]
+        )
         admitted = GaugeMetricFamily(
             "scorekit_model_requests", "Requests admitted to the model's engine.", labels=["model"]
         )
-        for model, queued, active in self._models():
-            queue.add_metric([model], queued)
-            admitted.add_metric([model], active)
-        yield from (total, per_route, queue, admitted)
+        for model in self._models():
+            queue.add_metric([model.name], model.queued_items)
+            tokens.add_metric([model.name], model.queued_tokens)
+            admitted.add_metric([model.name], model.admitted)
+        yield from (total, per_route, queue, tokens, admitted)

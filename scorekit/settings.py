@@ -23,12 +23,16 @@ class EngineConfig:
     max_batch_size: int = 128
     max_queued_items: int = 50_000
     max_concurrent_requests: int = 512
+    # Seconds a request may wait in the queue before any of its work runs (then 503); None: no limit.
+    max_queue_wait: float | None = None
 
     def __post_init__(self) -> None:
         # An embedding app builds these without the CLI's checks: a zero batch size would kill the worker
         # at the first request, so it is refused here, where the mistake is made.
-        for name in (f.name for f in fields(self)):
+        for name in (f.name for f in fields(self) if f.name != "max_queue_wait"):
             _at_least(self, name, 1)
+        if self.max_queue_wait is not None:
+            _seconds(self, "max_queue_wait", zero=False)
 
 
 @dataclass(frozen=True, slots=True)

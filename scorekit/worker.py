@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from scorekit.errors import ModelFailure
+from scorekit.errors import ModelFailure, WorkerDied
 from scorekit.jobs import WorkItem
 from scorekit.models.base import Backend, Encoded
 
 logger = logging.getLogger("scorekit.worker")
-BatchObserver = Callable[[int, int], None]
+# (items, padded tokens, seconds the forward took), after each batch that ran.
+BatchObserver = Callable[[int, int, float], None]
 Batch = list[WorkItem[Encoded, torch.Tensor]]
 # Blocks until there is work; None once the queue is closed and drained.
 NextBatch = Callable[[], Batch | None]
@@ -86,7 +88,7 @@ class ModelWorker:
             self.death = exc
             logger.critical("the model worker thread died: %r", exc, exc_info=True)
             # Nobody will run anything again: every waiting request gets its answer now.
-            failure = ModelFailure(f"The model worker died ({type(exc).__name__}).")
+            failure = WorkerDied(f"The model worker died ({type(exc).__name__}).")
             for item in batch:
                 item.job.fail(failure)
             self._on_death(failure)
@@ -96,6 +98,7 @@ class ModelWorker:
         tokens = max(item.encoded.cost for item in batch) * len(batch)
         jobs = {id(item.job): item.job for item in batch}
         logger.debug("batch: %d items from %d requests, %d padded tokens", len(batch), len(jobs), tokens)
+        started = time.perf_counter()
         try:
             with torch.inference_mode():
                 outputs = self.backend.forward([item.encoded for item in batch])
@@ -105,6 +108,7 @@ class ModelWorker:
             for job in jobs.values():
                 job.fail(ModelFailure(f"The model failed on this request's batch ({type(exc).__name__})."))
             return
+        seconds = time.perf_counter() - started
         # Counted before delivery: once a request has its answer, the items it ran are in the stats.
         self.stats.batches += 1
         self.stats.items += len(batch)
@@ -115,4 +119,4 @@ class ModelWorker:
                 self.stats.items_of_cancelled_jobs += 1
             item.job.deliver(item.index, output)
         if self._on_batch is not None:
-            self._on_batch(len(batch), tokens)
+            self._on_batch(len(batch), tokens, seconds)

@@ -35,5 +35,13 @@ def test_settings_refuse_bad_values(changes: dict[str, Any], message: str) -> No
     assert str(raised.value).startswith(message)
 
 
+@pytest.mark.parametrize("value", [0, -1.0, float("inf"), float("nan"), "1", True])
+def test_the_queue_wait_is_off_or_a_positive_number_of_seconds(value: Any) -> None:
+    with pytest.raises(ValueError, match=r"EngineConfig\.max_queue_wait must be a number of seconds, more than 0"):
+        EngineConfig(max_queue_wait=value)
+    assert EngineConfig().max_queue_wait is None
+    assert EngineConfig(max_queue_wait=0.25).max_queue_wait == 0.25
+
+
 def test_the_defaults_and_the_edges_are_accepted() -> None:
     Settings(shutdown_timeout=0, limit_concurrency=0, kind="causal-lm", engine=EngineConfig(max_batch_size=1))

@@ -145,9 +145,16 @@ def test_items_of_a_job_cancelled_while_its_batch_runs_count_as_wasted() -> None
 
 def test_the_batch_observer_gets_the_padded_token_count() -> None:
     seen: list[tuple[int, int]] = []
-    worker, batcher = worker_for(Backend(), batch_size=2, on_batch=lambda items, tokens: seen.append((items, tokens)))
+    times: list[float] = []
+
+    def observe(items: int, tokens: int, seconds: float) -> None:
+        seen.append((items, tokens))
+        times.append(seconds)
+
+    worker, batcher = worker_for(Backend(), batch_size=2, on_batch=observe)
     job, _ = job_of([3, 5])
     batcher.submit(job)
     worker.start()
     worker.stop(timeout=WAIT)
     assert seen == [(2, 10)]  # two items padded to the longest (5)
+    assert len(times) == 1 and times[0] >= 0  # the forward's time, from the worker's own clock
