@@ -26,9 +26,18 @@ import torch
 
 from scorekit.batching import Batcher, ModelJob, QueueFull
 from scorekit.errors import InputTooLong, InvalidRequest, NotReady, Overloaded, Unsupported
-from scorekit.models.base import Backend, Checkpoint, Encoded, LabelScorer, PairScorer, Plan, no_checkpoint
+from scorekit.models.base import (
+    Backend,
+    Checkpoint,
+    Embedder,
+    Encoded,
+    LabelScorer,
+    PairScorer,
+    Plan,
+    no_checkpoint,
+)
 from scorekit.settings import EngineConfig
-from scorekit.tasks import LabelQuery, LabelScores, PairOptions, PairScores, ParamOf
+from scorekit.tasks import Embeddings, EmbedOptions, LabelQuery, LabelScores, PairOptions, PairScores, ParamOf
 from scorekit.worker import BatchObserver, ModelWorker
 
 T = TypeVar("T")
@@ -110,6 +119,13 @@ class Engine:
         if not isinstance(backend, LabelScorer):
             raise self._unsupported("label-token scoring")
         return await self.execute(backend.plan_labels(query))
+
+    async def embed(self, texts: list[str], options: EmbedOptions, param_of: ParamOf) -> Embeddings:
+        """One vector per text: /v1/embeddings and /embed."""
+        backend = self.backend
+        if not isinstance(backend, Embedder):
+            raise self._unsupported("embedding texts")
+        return await self.execute(backend.plan_embed(texts, options, param_of))
 
     async def execute(self, plan: Plan[R]) -> R:
         """Run one request's plan: every limit its shape decides is checked before any tokenizing, so an

@@ -25,6 +25,8 @@ from scorekit.models import (
     detect_kind,
     load_backend,
 )
+from scorekit.models.base import no_checkpoint
+from scorekit.tasks import EmbedOptions
 from tests.tiny_models import MAX_POSITIONS, build_causal_lm, build_cross_encoder
 
 CLS, SEP = 101, 102
@@ -74,8 +76,9 @@ def causal_lm(causal_lm_dir: Path) -> CausalLMBackend:
 def test_bi_encoder_matches_sentence_transformers(minilm: BiEncoderBackend) -> None:
     queries = [query for query, _ in PAIRS]
     documents = [document for _, document in PAIRS]
-    outputs = minilm.forward(minilm.encode_texts(queries + documents, None, None))
-    ours = torch.stack(outputs)
+    plan = minilm.plan_embed(queries + documents, EmbedOptions(), lambda _, i: f"input[{i}]")
+    inputs = plan.encode(no_checkpoint)
+    ours = torch.tensor(plan.finish(inputs, minilm.forward(inputs)).vectors)
     reference = SentenceTransformer(default_model_path(), device="cpu")
     expected = torch.from_numpy(reference.encode(queries + documents))
     assert minilm.pooling == "mean"
