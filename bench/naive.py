@@ -25,9 +25,11 @@ from scorekit.models.base import Backend
 
 
 def _embed(backend: Any, texts: list[str]) -> torch.Tensor:
-    """Tokenize and embed every text of one request in a single forward."""
+    """Tokenize and embed every text of one request in a single forward; unit length, so a dot product is
+    the cosine (the backend's forward answers the pooled vectors)."""
     with torch.inference_mode():
-        return torch.stack(backend.forward(backend.encode_texts(texts, None, None)))
+        pooled = torch.stack(backend.forward(backend.encode_texts(texts, None, None)))
+        return torch.nn.functional.normalize(pooled, p=2, dim=1)
 
 
 def create_app() -> Starlette:

@@ -41,9 +41,9 @@ from scorekit.errors import (
     Unsupported,
     WorkerDied,
 )
-from scorekit.models.base import Backend, Checkpoint, Encoded, LabelScorer, PairScorer, Plan, no_checkpoint
+from scorekit.models.base import Backend, Checkpoint, Embedder, Encoded, LabelScorer, PairScorer, Plan, no_checkpoint
 from scorekit.settings import EngineConfig
-from scorekit.tasks import LabelQuery, LabelScores, PairOptions, PairScores, ParamOf
+from scorekit.tasks import Embeddings, EmbedOptions, LabelQuery, LabelScores, PairOptions, PairScores, ParamOf
 from scorekit.worker import ModelWorker
 
 T = TypeVar("T")
@@ -146,6 +146,13 @@ class Engine:
         if not isinstance(backend, LabelScorer):
             raise self._unsupported("label-token scoring")
         return await self.execute(backend.plan_labels(query))
+
+    async def embed(self, texts: list[str], options: EmbedOptions, param_of: ParamOf) -> Embeddings:
+        """One vector per text: /v1/embeddings and /embed."""
+        backend = self.backend
+        if not isinstance(backend, Embedder):
+            raise self._unsupported("embedding texts")
+        return await self.execute(backend.plan_embed(texts, options, param_of))
 
     async def execute(self, plan: Plan[R]) -> R:
         """Run one request's plan: every limit its shape decides is checked before any tokenizing, so an

@@ -178,3 +178,50 @@ class LoadResponse(Struct):
 
     server_load: int
     models: dict[str, int] = field(default_factory=dict)
+
+
+# Embeddings: OpenAI's /v1/embeddings and TEI's /embed.
+
+
+class EmbeddingRequest(Struct, kw_only=True):
+    """OpenAI's body. Token-id inputs decode (a list of ints, or lists of them) so that the endpoint can
+    refuse them by name instead of with a type error; ``user`` is accepted and ignored."""
+
+    input: str | list[str | int | list[int]]
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = None
+    user: str | None = None
+    truncate_prompt_tokens: TruncateTokens | None = None
+    truncation_side: TruncationSide | None = None
+
+
+class EmbeddingData(Struct, kw_only=True):
+    index: int
+    embedding: list[float] | str  # base64 of little-endian float32 when the request asked for it
+    object: str = "embedding"
+
+
+class EmbeddingUsage(Struct):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingResponse(Struct):
+    id: str
+    created: int
+    model: str
+    data: list[EmbeddingData]
+    usage: EmbeddingUsage
+    object: str = "list"
+
+
+class EmbedRequest(Struct, kw_only=True):
+    """TEI's body (``truncation_direction`` in TEI's spelling or in lower case), plus ``model`` for a server
+    with several models. The response is a bare JSON list of vectors."""
+
+    inputs: str | list[str]
+    model: str | None = None
+    normalize: bool = True
+    truncate: bool = False
+    truncation_direction: Literal["Left", "Right", "left", "right"] = "Right"

@@ -1,7 +1,8 @@
 """What an endpoint asks an engine for, and what it gets back: plain data, no torch, no HTTP.
 
 A leaf module. The endpoints build these from a decoded body; :class:`~scorekit.engine.Engine` hands them to
-the backend that has the capability, which owns what a score is (sigmoid, cosine, label softmax).
+the backend that has the capability, which owns what a score is (sigmoid, cosine, label softmax) and what an
+embedding is (pooling, normalization).
 """
 
 from __future__ import annotations
@@ -54,3 +55,22 @@ class LabelScores:
     prompt_tokens: int
     prompts: int  # every item's prompt, repeats included: one completion token each
     truncated_prompts: int
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedOptions:
+    """How an embedding request wants its inputs cut and its vectors finished."""
+
+    truncate: int | None = None  # as PairOptions.truncate
+    side: TruncationSide | None = None
+    # None: as the model's sentence-transformers config says (normalized when it has a Normalize module);
+    # False: the pooled vector as it is, before any normalization.
+    normalize: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Embeddings:
+    """One vector per input, in input order, and the prompt tokens of every input (repeats included)."""
+
+    vectors: list[list[float]]
+    prompt_tokens: int

@@ -85,6 +85,14 @@ class Live:
     def connect(self, timeout: float = 60) -> socket.socket:
         return socket.create_connection((self.host, self.port), timeout=timeout)
 
+    def send_json(self, path: str, payload: Any) -> socket.socket:
+        """POST ``payload`` over a raw socket and leave it open: a client that can leave mid-request."""
+        body = json.dumps(payload).encode()
+        sock = self.connect()
+        sock.sendall(http_head("POST", path, {"Content-Type": "application/json", "Content-Length": str(len(body))}))
+        sock.sendall(body)
+        return sock
+
     def raw(self, pieces: list[bytes], *, pause: float = 0.0, timeout: float = 60) -> tuple[int, dict[str, str], bytes]:
         """Send ``pieces`` one ``sendall`` each, ``pause`` seconds apart, then read one response."""
         with self.connect(timeout) as sock:

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import msgspec
 
+from scorekit.api.embed import embed
+from scorekit.api.embeddings import embeddings
 from scorekit.api.generative import generative_scoring
 from scorekit.api.rerank import rerank
 from scorekit.api.score import score
 from scorekit.api.service import health, load, metrics, models, openapi
 from scorekit.routing import Alias, Endpoint, Route
 from scorekit.schemas import (
+    EmbeddingRequest,
+    EmbeddingResponse,
+    EmbedRequest,
     GenerativeScoringRequest,
     GenerativeScoringResponse,
     LoadResponse,
@@ -41,6 +46,16 @@ ROUTES: tuple[Route | Alias, ...] = (
         "Next-token probabilities of label tokens after query + item.",
         api="Generative Scoring",
     ),
+    Route(
+        "POST",
+        "/v1/embeddings",
+        embeddings,
+        EmbeddingRequest,
+        EmbeddingResponse,
+        "Embed texts (OpenAI shape): floats or base64.",
+        api="Embeddings",
+    ),
+    Route("POST", "/embed", embed, EmbedRequest, None, "Embed texts (TEI shape): a list of vectors.", api="Embed"),
     _service("/health", health, "200 while every model's worker is alive."),
     _service("/load", load, "Scoring requests in flight.", returns=LoadResponse),
     _service("/v1/models", models, "The served models.", returns=ModelList),

@@ -1,9 +1,9 @@
 """What every backend offers: tokenized inputs with a known cost, a batched forward, and the capabilities
-(pair scoring, label scoring) it declares by implementing their protocols.
+(pair scoring, label scoring, embedding) it declares by implementing their protocols.
 
 A capability turns one request into a :class:`Plan` before anything is tokenized: how many model inputs
 it needs (the engine refuses what can never fit), how to encode them (off the event loop), and how to
-finish the batched outputs into the answer (sigmoid, cosine, label softmax). So what a score is lives
+finish the batched outputs into the answer (sigmoid, cosine, label softmax, normalization). So what a score is lives
 in the backend, and the engine runs any plan the same way.
 """
 
@@ -18,7 +18,7 @@ import torch
 from scorekit.errors import InputTooLong as InputTooLong
 from scorekit.errors import TruncationTooLarge as TruncationTooLarge
 from scorekit.settings import ModelKind as ModelKind
-from scorekit.tasks import LabelQuery, LabelScores, PairOptions, PairScores, ParamOf
+from scorekit.tasks import Embeddings, EmbedOptions, LabelQuery, LabelScores, PairOptions, PairScores, ParamOf
 from scorekit.tasks import TruncationSide as TruncationSide
 
 R = TypeVar("R", covariant=True)
@@ -101,3 +101,12 @@ class LabelScorer(Protocol):
     """Next-token probabilities of label tokens after a prompt: /generative_scoring."""
 
     def plan_labels(self, query: LabelQuery) -> Plan[LabelScores]: ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """One vector per text: /v1/embeddings and /embed."""
+
+    def plan_embed(self, texts: list[str], options: EmbedOptions, param_of: ParamOf) -> Plan[Embeddings]:
+        """``param_of(1, i)`` names ``texts[i]`` as the request spelled it."""
+        ...

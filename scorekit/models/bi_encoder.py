@@ -1,4 +1,5 @@
-"""Bi-encoder: sentence-transformers embeddings (transformer, pooling, normalisation) for cosine scoring."""
+"""Bi-encoder: sentence-transformers embeddings (transformer, pooling, normalisation), served as they are
+(/v1/embeddings, /embed) and as the cosine of two of them (/score, /rerank)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 from torch.nn import functional
 from transformers import AutoModel
 
-from scorekit.tasks import PairOptions, PairScores, ParamOf
+from scorekit.tasks import Embeddings, EmbedOptions, PairOptions, PairScores, ParamOf
 
 from .base import Checkpoint, Encoded, ModelKind, Plan, TruncationSide, no_checkpoint
 from .loading import (
@@ -24,12 +25,11 @@ from .loading import (
 )
 from .pairs import Pairing
 
-Pooling = Literal["mean", "cls", "max", "lasttoken"]
-# The pooling names sentence-transformers saves. The embeddings are L2-normalised, and that makes
-# mean_sqrt_len_tokens (the mean scaled by a positive number) the same as mean.
+Pooling = Literal["mean", "mean_sqrt_len_tokens", "cls", "max", "lasttoken"]
+# The pooling names sentence-transformers saves.
 _POOLINGS: dict[str, Pooling] = {
     "mean": "mean",
-    "mean_sqrt_len_tokens": "mean",
+    "mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
     "cls": "cls",
     "max": "max",
     "lasttoken": "lasttoken",
@@ -46,12 +46,13 @@ _LEGACY_FLAGS = {
 
 
 class BiEncoderBackend:
-    """An ``AutoModel`` plus the folder's pooling config; each text gets one normalised embedding."""
+    """An ``AutoModel`` plus the folder's pooling config; each text gets one pooled vector, normalised when
+    the folder's modules say so (``normalizes``) or the request asks, and always for a cosine."""
 
     kind: ModelKind = "bi-encoder"
 
     def __init__(self, name: str, *, device: torch.device, dtype: torch.dtype) -> None:
-        transformer_path, pooling_path = _read_modules(name)
+        transformer_path, pooling_path, self.normalizes = _read_modules(name)
         source = Source(name, transformer_path)
         self.pooling = _read_pooling(name, pooling_path)
         self._tokenizer = load_tokenizer(source)
@@ -73,7 +74,7 @@ class BiEncoderBackend:
         text_row = {text: i for i, text in enumerate(texts)}
 
         def finish(inputs: list[Encoded], outputs: list[torch.Tensor]) -> PairScores:
-            embeddings = torch.stack(outputs)
+            embeddings = _finish(outputs, normalize=True)
             documents = embeddings[[text_row[b] for _, b in pairing.distinct]]
             if len(side1) == 1:  # 1:N: the query's one row, broadcast, not N copies of it
                 queries = embeddings[text_row[side1[0]]].expand_as(documents)
@@ -96,6 +97,25 @@ class BiEncoderBackend:
             param_of=first_place,
         )
 
+    def plan_embed(self, texts: list[str], options: EmbedOptions, param_of: ParamOf) -> Plan[Embeddings]:
+        """Each distinct text is run once; usage counts every input's tokens, repeats included (as vLLM)."""
+        distinct = list(dict.fromkeys(texts))
+        row_of = {text: i for i, text in enumerate(distinct)}
+        normalize = self.normalizes if options.normalize is None else options.normalize
+
+        def finish(inputs: list[Encoded], outputs: list[torch.Tensor]) -> Embeddings:
+            rows: list[list[float]] = _finish(outputs, normalize=normalize).tolist()
+            tokens = sum(inputs[row_of[text]].cost for text in texts)
+            return Embeddings([rows[row_of[text]] for text in texts], tokens)
+
+        return Plan(
+            count=len(distinct),
+            chars=sum(map(len, distinct)),
+            encode=lambda checkpoint: self.encode_texts(distinct, options.truncate, options.side, checkpoint),
+            finish=finish,
+            param_of=lambda row: param_of(1, texts.index(distinct[row])),
+        )
+
     def encode_texts(
         self,
         texts: Sequence[str],
@@ -108,15 +128,20 @@ class BiEncoderBackend:
         return encode_texts(self._tokenizer, texts, request_limits, checkpoint)
 
     def forward(self, batch: Sequence[Encoded]) -> list[torch.Tensor]:
-        """One L2-normalised float32 embedding per text, on the CPU."""
+        """One pooled float32 vector per text, on the CPU, not yet normalised (plans decide, see ``_finish``)."""
         if not batch:
             return []
         inputs = pad_batch(batch, self._pad_id, self._device)
         with torch.inference_mode():
             hidden = self._model(**inputs).last_hidden_state.float()
-            pooled = _pool(self.pooling, hidden, inputs["attention_mask"])
-            embeddings = functional.normalize(pooled, p=2, dim=1).cpu()
-        return list(embeddings.unbind())
+            pooled = _pool(self.pooling, hidden, inputs["attention_mask"]).cpu()
+        return list(pooled.unbind())
+
+
+def _finish(outputs: list[torch.Tensor], *, normalize: bool) -> torch.Tensor:
+    """The embeddings, one row per output: what sentence-transformers' Normalize module does, when asked."""
+    pooled = torch.stack(outputs)
+    return functional.normalize(pooled, p=2, dim=1) if normalize else pooled
 
 
 def _pool(mode: Pooling, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -128,22 +153,26 @@ def _pool(mode: Pooling, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tens
     weights = mask.unsqueeze(-1).to(hidden.dtype)
     if mode == "max":
         return hidden.masked_fill(weights == 0, float("-inf")).max(dim=1).values
-    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+    summed, count = (hidden * weights).sum(dim=1), weights.sum(dim=1).clamp(min=1e-9)
+    return summed / (count.sqrt() if mode == "mean_sqrt_len_tokens" else count)
 
 
-def _read_modules(name: str) -> tuple[str, str | None]:
-    """The transformer's and the pooling module's folders from modules.json (a plain folder: root, none)."""
+def _read_modules(name: str) -> tuple[str, str | None, bool]:
+    """The transformer's and the pooling module's folders from modules.json, and whether it ends with a
+    Normalize module (a plain folder: root, none, no: what sentence-transformers makes of one)."""
     modules: Any = Source(name).read_json("modules.json")
-    transformer, pooling = "", None
+    transformer, pooling, normalizes = "", None, False
     for module in modules or []:
         module_type = str(module.get("type", "")).rsplit(".", 1)[-1]
         if module_type == "Transformer":
             transformer = str(module.get("path", ""))
         elif module_type == "Pooling":
             pooling = str(module.get("path", ""))
-        elif module_type != "Normalize":
+        elif module_type == "Normalize":
+            normalizes = True
+        else:
             raise ValueError(f"Model {name!r} has a {module_type} module, which the bi-encoder cannot run.")
-    return transformer, pooling
+    return transformer, pooling, normalizes
 
 
 def _read_pooling(name: str, path: str | None) -> Pooling:

@@ -113,11 +113,8 @@ def test_a_disconnect_stops_a_2000_document_rerank(
     assert app.engine is not None
     stats = app.engine.worker.stats
     batch_size = app.settings.engine.max_batch_size
-    body = json.dumps({"query": "topic 3", "documents": many_docs(2000)}).encode()
-    head = http_head("POST", "/rerank", {"Content-Type": "application/json", "Content-Length": str(len(body))})
     start_items, start_late = stats.items, stats.items_of_cancelled_jobs
-    sock = live.connect()
-    sock.sendall(head + body)
+    sock = live.send_json("/rerank", {"query": "topic 3", "documents": many_docs(2000)})
     assert wait_for(lambda: stats.items >= start_items + 3 * batch_size, timeout=30), "the rerank never started"
     assert live.load() == 1
     sock.close()

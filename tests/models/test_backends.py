@@ -25,6 +25,8 @@ from scorekit.models import (
     detect_kind,
     load_backend,
 )
+from scorekit.models.base import no_checkpoint
+from scorekit.tasks import EmbedOptions, PairOptions
 from tests.tiny_models import MAX_POSITIONS, build_causal_lm, build_cross_encoder
 
 CLS, SEP = 101, 102
@@ -74,8 +76,7 @@ def causal_lm(causal_lm_dir: Path) -> CausalLMBackend:
 def test_bi_encoder_matches_sentence_transformers(minilm: BiEncoderBackend) -> None:
     queries = [query for query, _ in PAIRS]
     documents = [document for _, document in PAIRS]
-    outputs = minilm.forward(minilm.encode_texts(queries + documents, None, None))
-    ours = torch.stack(outputs)
+    ours = _embed(minilm, queries + documents, EmbedOptions())
     reference = SentenceTransformer(default_model_path(), device="cpu")
     expected = torch.from_numpy(reference.encode(queries + documents))
     assert minilm.pooling == "mean"
@@ -307,3 +308,33 @@ def test_loading_errors_are_clear(tmp_path: Path) -> None:
         load_backend(default_model_path(), device="tpu")
     with pytest.raises(ValueError, match="Unsupported dtype 'int8'"):
         load_backend(default_model_path(), dtype="int8")
+
+
+def _embed(backend: BiEncoderBackend, texts: list[str], options: EmbedOptions) -> torch.Tensor:
+    plan = backend.plan_embed(texts, options, lambda _, i: f"input[{i}]")
+    inputs = plan.encode(no_checkpoint)
+    return torch.tensor(plan.finish(inputs, backend.forward(inputs)).vectors)
+
+
+def test_a_bi_encoder_without_normalize_embeds_as_sentence_transformers_does(tmp_path: Path) -> None:
+    """MiniLM's weights with mean_sqrt_len_tokens pooling and no Normalize module: sentence-transformers
+    answers unnormalized vectors, and so does the default embedding; a cosine still normalizes."""
+    folder = shutil.copytree(default_model_path(), tmp_path / "sqrt-len")
+    modules = json.loads((folder / "modules.json").read_text())
+    (folder / "modules.json").write_text(json.dumps([m for m in modules if not m["type"].endswith("Normalize")]))
+    pooling_config = folder / "1_Pooling" / "config.json"
+    config = json.loads(pooling_config.read_text())
+    config.update(pooling_mode_mean_tokens=False, pooling_mode_mean_sqrt_len_tokens=True)
+    pooling_config.write_text(json.dumps(config))
+    backend = load_backend(str(folder))
+    assert isinstance(backend, BiEncoderBackend) and not backend.normalizes
+    texts = [text for pair in PAIRS for text in pair]
+    expected = torch.from_numpy(SentenceTransformer(str(folder), device="cpu").encode(texts))
+    assert expected.norm(dim=1).min() > 1.5, "the reference is unit length: this test would be blind"
+    torch.testing.assert_close(_embed(backend, texts, EmbedOptions()), expected, rtol=0, atol=1e-5)
+    normalized = torch.nn.functional.normalize(expected, dim=1)
+    torch.testing.assert_close(_embed(backend, texts, EmbedOptions(normalize=True)), normalized, rtol=0, atol=1e-5)
+    scores = backend.plan_pairs([texts[0]], texts[1:2], PairOptions(), lambda s, i: f"{s}[{i}]")
+    pair_inputs = scores.encode(no_checkpoint)
+    cosine = scores.finish(pair_inputs, backend.forward(pair_inputs)).scores[0]
+    assert cosine == pytest.approx(float(normalized[0] @ normalized[1]), abs=1e-5)

@@ -1,0 +1,58 @@
+"""POST /v1/embeddings (OpenAI shape): one vector per input, as floats or base64 of little-endian float32."""
+
+from __future__ import annotations
+
+import base64
+import struct
+
+from scorekit.api.common import check_count, decode, now, response_id
+from scorekit.api.state import ServerState
+from scorekit.http import Request, bad_request
+from scorekit.schemas import EmbeddingData, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
+from scorekit.tasks import EmbedOptions
+
+
+async def embeddings(request: Request) -> EmbeddingResponse:
+    state: ServerState = request.state
+    body = await decode(request, EmbeddingRequest)
+    model, engine = state.models.resolve(body.model)
+    texts = _texts(body.input)
+    if body.dimensions is not None:
+        # No served model reports Matryoshka training; a cut vector from any other model is no embedding.
+        raise bad_request(
+            f"Model {model!r} does not support dimensions: its embeddings were not trained to be shortened "
+            "(Matryoshka representation), so a cut vector would lose what makes it an embedding. "
+            "Leave dimensions out to get the full vector.",
+            "dimensions",
+        )
+    check_count(state, len(texts), "input")
+    options = EmbedOptions(body.truncate_prompt_tokens, body.truncation_side)
+    result = await engine.embed(texts, options, lambda side, i: f"input[{i}]")
+    as_base64 = body.encoding_format == "base64"
+    return EmbeddingResponse(
+        id=response_id(request, "embd"),
+        created=now(),
+        model=model,
+        data=[
+            EmbeddingData(index=i, embedding=_base64(vector) if as_base64 else vector)
+            for i, vector in enumerate(result.vectors)
+        ],
+        usage=EmbeddingUsage(prompt_tokens=result.prompt_tokens, total_tokens=result.prompt_tokens),
+    )
+
+
+def _texts(given: str | list[str | int | list[int]]) -> list[str]:
+    """The inputs as texts; token ids are refused by name (a tokenizer's ids are no portable input)."""
+    if isinstance(given, str):
+        return [given]
+    if not given:
+        raise bad_request("input must not be empty: give a string or a non-empty list of strings.", "input")
+    texts = [text for text in given if isinstance(text, str)]
+    if len(texts) != len(given):
+        raise bad_request("input as token ids is not supported; send the text itself.", "input")
+    return texts
+
+
+def _base64(vector: list[float]) -> str:
+    """What OpenAI sends for encoding_format "base64": the float32 values, little-endian, base64-encoded."""
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
