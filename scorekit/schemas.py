@@ -69,6 +69,7 @@ class GenerativeScoringRequest(Struct, kw_only=True):
     apply_softmax: bool = True
     item_first: bool = False
     add_special_tokens: bool = True
+    request_id: str | None = None  # the response id when no X-Request-Id header is sent, as vLLM
 
 
 class Usage(Struct):
@@ -178,3 +179,8 @@ class LoadResponse(Struct):
 
     server_load: int
     models: dict[str, int] = field(default_factory=dict)
+
+
+# vLLM's service extras (/version).
+class VersionResponse(Struct):
+    version: str
