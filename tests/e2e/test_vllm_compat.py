@@ -80,3 +80,35 @@ def test_the_request_id_header_wins_over_the_body_as_vllm(causal_lm: Live) -> No
     payload = {**GENERATIVE, "request_id": "abc"}
     _, body = causal_lm.json("POST", "/generative_scoring", payload, headers={"x-request-id": "hdr"})
     assert body["id"] == "generative-scoring-hdr"
+
+
+def test_documents_as_one_string_gets_one_result(cross_encoder: Live) -> None:
+    status, one = cross_encoder.json("POST", "/rerank", {"query": QUERY, "documents": DOCS[0]})
+    assert status == 200, one
+    _, listed = cross_encoder.json("POST", "/rerank", {"query": QUERY, "documents": DOCS[:1]})
+    assert [r["index"] for r in one["results"]] == [0]
+    assert one["results"][0]["document"] == {"text": DOCS[0]}
+    assert one["results"][0]["relevance_score"] == pytest.approx(listed["results"][0]["relevance_score"], abs=1e-6)
+
+
+def test_top_n_as_a_whole_number_float_is_that_integer(cross_encoder: Live) -> None:
+    _, as_float = cross_encoder.json("POST", "/rerank", {"query": QUERY, "documents": DOCS, "top_n": 2.0})
+    _, as_int = cross_encoder.json("POST", "/rerank", {"query": QUERY, "documents": DOCS, "top_n": 2})
+    assert [r["index"] for r in as_float["results"]] == [r["index"] for r in as_int["results"]]
+    assert len(as_float["results"]) == 2
+
+
+@pytest.mark.parametrize("top_n", [2.5, -1.0])
+def test_top_n_must_be_a_whole_non_negative_number(cross_encoder: Live, top_n: float) -> None:
+    status, answer = cross_encoder.json("POST", "/rerank", {"query": QUERY, "documents": DOCS, "top_n": top_n})
+    assert (status, answer["error"]["param"]) == (400, "top_n")
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [("/rerank", {"query": QUERY, "documents": DOCS}), ("/score", {"queries": QUERY, "documents": DOCS})],
+)
+def test_an_empty_cache_salt_is_refused(cross_encoder: Live, path: str, body: dict[str, Any]) -> None:
+    status, answer = cross_encoder.json("POST", path, {**body, "cache_salt": ""})
+    assert (status, answer["error"]["param"]) == (400, "cache_salt")
+    assert cross_encoder.json("POST", path, {**body, "cache_salt": "tenant-a"})[0] == 200
