@@ -190,9 +190,10 @@ def test_unknown_path_is_404_and_wrong_method_is_405_with_allow(minilm: Live) ->
     assert status == 405 and headers["allow"] == "POST" and b'"code":405' in raw
 
 
-def test_generative_scoring_on_a_bi_encoder_is_501(minilm: Live) -> None:
+def test_generative_scoring_on_a_bi_encoder_is_404_as_vllm(minilm: Live) -> None:
     status, body = minilm.json("POST", "/generative_scoring", {"query": "q", "items": ["a"], "label_token_ids": [1]})
-    assert status == 501 and body["error"]["type"] == "NotImplementedError"
+    assert status == 404 and body["error"]["type"] == "NotFoundError"
+    assert body["error"]["message"] == "The model does not support the Generative Scoring API."
 
 
 def test_service_endpoints(minilm: Live) -> None:
