@@ -112,3 +112,17 @@ def test_an_empty_cache_salt_is_refused(cross_encoder: Live, path: str, body: di
     status, answer = cross_encoder.json("POST", path, {**body, "cache_salt": ""})
     assert (status, answer["error"]["param"]) == (400, "cache_salt")
     assert cross_encoder.json("POST", path, {**body, "cache_salt": "tenant-a"})[0] == 200
+
+
+def test_usage_carries_vllms_null_prompt_tokens_details(minilm: Live, causal_lm: Live) -> None:
+    _, scored = minilm.json("POST", "/score", {"queries": "a", "documents": ["b"]})
+    _, generated = causal_lm.json("POST", "/generative_scoring", GENERATIVE)
+    for usage in (scored["usage"], generated["usage"]):
+        assert "prompt_tokens_details" in usage and usage["prompt_tokens_details"] is None
+
+
+def test_model_cards_carry_vllms_parent_and_permission(minilm: Live) -> None:
+    _, listed = minilm.json("GET", "/v1/models")
+    card = listed["data"][0]
+    assert card["parent"] is None
+    assert [p["object"] for p in card["permission"]] == ["model_permission"]
