@@ -175,7 +175,8 @@ def test_unknown_fields_are_ignored_and_unknown_models_are_404(minilm: Live) -> 
 def test_too_long_input_is_a_400_naming_the_index_unless_truncated(minilm: Live) -> None:
     long_doc = "word " * 600
     status, body = minilm.json("POST", "/score", {"queries": QUERY, "documents": [DOCS[0], long_doc]})
-    assert status == 400 and body["error"]["param"] == "documents[1]"
+    assert status == 400 and body["error"]["param"] == "input_tokens"
+    assert body["error"]["message"].startswith("documents[1] has ")
     assert "Please reduce the length of the input prompt" in body["error"]["message"]
     status, body = minilm.json(
         "POST", "/score", {"queries": QUERY, "documents": [long_doc], "truncate_prompt_tokens": -1}

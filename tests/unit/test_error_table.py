@@ -27,7 +27,7 @@ from scorekit.routing import Route, Router
     ("error", "status", "message", "param"),
     [
         (InvalidRequest("bad top_n", "top_n"), 400, "bad top_n", "top_n"),
-        (InputTooLong(3, 300, 256).named("documents[1]"), 400, "documents[1] has 300 tokens, but", "documents[1]"),
+        (InputTooLong(3, 300, 256).named("documents[1]"), 400, "documents[1] has 300 tokens, but", "input_tokens"),
         (TruncationTooLarge(), 400, "truncate_prompt_tokens value is greater", "truncate_prompt_tokens"),
         (UnknownModel("nope"), 404, "The model `nope` does not exist.", "model"),
         (Unsupported("a bi-encoder cannot"), 404, "The model does not support the Rerank API.", None),
