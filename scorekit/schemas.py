@@ -81,13 +81,14 @@ class GenerativeScoringRequest(Struct, kw_only=True):
 
 
 class Usage(Struct):
-    """vLLM's UsageInfo. ``prompt_tokens_details`` (cached tokens) is always null here, as in vLLM's
-    scoring answers; it is sent so that clients that read the key find it."""
+    """vLLM's UsageInfo. The two ``*_details`` keys are always null here, as in vLLM's scoring answers
+    (vLLM dumps without ``exclude_none``); they are sent so that clients that read the keys find them."""
 
     prompt_tokens: int
     total_tokens: int
     completion_tokens: int = 0
     prompt_tokens_details: None = None
+    completion_tokens_details: None = None
 
 
 class GenerativeUsage(Usage, kw_only=True):

@@ -114,11 +114,12 @@ def test_an_empty_cache_salt_is_refused(cross_encoder: Live, path: str, body: di
     assert cross_encoder.json("POST", path, {**body, "cache_salt": "tenant-a"})[0] == 200
 
 
-def test_usage_carries_vllms_null_prompt_tokens_details(minilm: Live, causal_lm: Live) -> None:
+def test_usage_carries_vllms_null_detail_keys(minilm: Live, causal_lm: Live) -> None:
     _, scored = minilm.json("POST", "/score", {"queries": "a", "documents": ["b"]})
     _, generated = causal_lm.json("POST", "/generative_scoring", GENERATIVE)
     for usage in (scored["usage"], generated["usage"]):
-        assert "prompt_tokens_details" in usage and usage["prompt_tokens_details"] is None
+        for key in ("prompt_tokens_details", "completion_tokens_details"):
+            assert key in usage and usage[key] is None
 
 
 def test_model_cards_carry_vllms_parent_and_permission(minilm: Live) -> None:
