@@ -27,29 +27,30 @@ class InvalidRequest(ScorekitError, ValueError):
 class InputTooLong(InvalidRequest):
     """An input is over the model's maximum length and the request asked for no truncation.
 
-    ``index`` is the input's position in what the backend was given; the engine names it in the request
-    (``param``, e.g. ``documents[3]``). ``length`` is its token count; None when its ``chars`` alone rule it
-    out, before tokenizing.
+    ``index`` is the input's position in what the backend was given; the engine names it in the
+    message as the request spelled it (e.g. ``documents[3]``); ``param`` is vLLM's ``input_tokens``.
+    ``length`` is its token count; None when its ``chars`` alone rule it out, before tokenizing.
     """
 
     def __init__(
-        self, index: int, length: int | None, maximum: int, *, chars: int = 0, param: str | None = None
+        self, index: int, length: int | None, maximum: int, *, chars: int = 0, name: str | None = None
     ) -> None:
         self.index = index
         self.length = length
         self.chars = chars
         self.maximum = maximum
-        name = param or f"Input {index}"
+        name = name or f"Input {index}"
         size = f"{length} tokens" if length is not None else f"{chars} characters"
         super().__init__(
             f"{name} has {size}, but the model's maximum length is {maximum} tokens. "
             "Please reduce the length of the input prompt, or set truncate_prompt_tokens.",
-            param,
+            # vLLM's param for a context-length error: gateways recognise the error by it.
+            "input_tokens",
         )
 
-    def named(self, param: str) -> InputTooLong:
-        """The same error, naming the input as the request spelled it."""
-        return InputTooLong(self.index, self.length, self.maximum, chars=self.chars, param=param)
+    def named(self, name: str) -> InputTooLong:
+        """The same error, its message naming the input as the request spelled it."""
+        return InputTooLong(self.index, self.length, self.maximum, chars=self.chars, name=name)
 
 
 class TruncationTooLarge(InvalidRequest):

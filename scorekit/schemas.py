@@ -17,6 +17,8 @@ TruncateTokens = Annotated[
 ]
 TruncationSide = Literal["left", "right"]
 TextSide = str | list[str]
+# vLLM refuses an empty salt: it would silently share the prefix cache with unsalted requests.
+CacheSalt = Annotated[str, Meta(min_length=1, description="Must not be empty when given.")]
 
 
 class ErrorInfo(Struct):
@@ -44,6 +46,7 @@ class ScoreRequest(Struct, kw_only=True):
     truncate_prompt_tokens: TruncateTokens | None = None
     truncation_side: TruncationSide | None = None
     use_activation: bool | None = None
+    cache_salt: CacheSalt | None = None
 
 
 class TextDocument(Struct):
@@ -52,13 +55,18 @@ class TextDocument(Struct):
 
 class RerankRequest(Struct, kw_only=True):
     query: str
-    documents: list[str | TextDocument]
+    documents: str | list[str | TextDocument]  # one string: one result, as vLLM
     model: str | None = None
-    top_n: Annotated[int, Meta(ge=0, le=INT64_MAX, description="0 means every document.")] = 0
+    # A whole-number float (2.0) counts as that integer, as vLLM accepts it; the endpoint refuses 2.5.
+    top_n: (
+        Annotated[int, Meta(ge=0, le=INT64_MAX, description="0 means every document.")]
+        | Annotated[float, Meta(ge=0, le=INT64_MAX)]
+    ) = 0
     return_documents: bool = True
     truncate_prompt_tokens: TruncateTokens | None = None
     truncation_side: TruncationSide | None = None
     use_activation: bool | None = None
+    cache_salt: CacheSalt | None = None
 
 
 class GenerativeScoringRequest(Struct, kw_only=True):
@@ -69,12 +77,18 @@ class GenerativeScoringRequest(Struct, kw_only=True):
     apply_softmax: bool = True
     item_first: bool = False
     add_special_tokens: bool = True
+    request_id: str | None = None  # the response id when no X-Request-Id header is sent, as vLLM
 
 
 class Usage(Struct):
+    """vLLM's UsageInfo. The two ``*_details`` keys are always null here, as in vLLM's scoring answers
+    (vLLM dumps without ``exclude_none``); they are sent so that clients that read the keys find them."""
+
     prompt_tokens: int
     total_tokens: int
     completion_tokens: int = 0
+    prompt_tokens_details: None = None
+    completion_tokens_details: None = None
 
 
 class GenerativeUsage(Usage, kw_only=True):
@@ -225,3 +239,8 @@ class EmbedRequest(Struct, kw_only=True):
     normalize: bool = True
     truncate: bool = False
     truncation_direction: Literal["Left", "Right", "left", "right"] = "Right"
+
+
+# vLLM's service extras (/version).
+class VersionResponse(Struct):
+    version: str

@@ -61,8 +61,9 @@ def _log_ignored_fields(body: bytes, kind: type[msgspec.Struct]) -> None:
         logger.debug("The following fields were present in the request but ignored: %s", ignored)
 
 
-def response_id(request: Request, prefix: str) -> str:
-    return f"{prefix}-{request.header('x-request-id') or uuid.uuid4().hex}"
+def response_id(request: Request, prefix: str, body_id: str | None = None) -> str:
+    """As vLLM: the ``X-Request-Id`` header wins over the body's ``request_id``; neither: a fresh one."""
+    return f"{prefix}-{request.header('x-request-id') or body_id or uuid.uuid4().hex}"
 
 
 def now() -> int:

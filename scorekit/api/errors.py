@@ -32,7 +32,8 @@ def _unknown_model(error: ScorekitError, api: str) -> HTTPError:
 
 
 def _unsupported(error: ScorekitError, api: str) -> HTTPError:
-    return HTTPError(501, f"The model does not support the {api} API.")
+    """404 as current vLLM, which serves only the routes of the model's task: for this model the API is absent."""
+    return HTTPError(404, f"The model does not support the {api} API.")
 
 
 def _overloaded(error: ScorekitError, api: str) -> HTTPError:

@@ -30,7 +30,7 @@ async def generative_scoring(request: Request) -> GenerativeScoringResponse:
     )
     result = await engine.label_scores(query)
     return GenerativeScoringResponse(
-        id=response_id(request, "generative-scoring"),
+        id=response_id(request, "generative-scoring", body.request_id),
         created=now(),
         model=model,
         data=[

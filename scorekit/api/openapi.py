@@ -56,10 +56,9 @@ def _operation(route: Route, path: str) -> dict[str, Any]:
         operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": schema}}}
         operation["responses"].update(
             {
-                "404": {**error, "description": "Unknown model"},
+                "404": {**error, "description": "Unknown model, or the model does not support this API"},
                 "413": {**error, "description": "Body too large"},
                 "500": {**error, "description": "The model failed on this batch"},
-                "501": {**error, "description": "The model does not support this API"},
                 "503": {**error, "description": "Busy: retry after the Retry-After header"},
             }
         )

@@ -15,18 +15,20 @@ async def rerank(request: Request) -> RerankResponse:
     state: ServerState = request.state
     body = await decode(request, RerankRequest)
     model, engine = state.models.resolve(body.model)
-    if not body.documents:
+    documents = [body.documents] if isinstance(body.documents, str) else body.documents
+    if not documents:
         raise bad_request("At least one text_pair element must be given", "documents")
-    check_count(state, len(body.documents), "documents")
-    texts = [doc if isinstance(doc, str) else doc.text for doc in body.documents]
+    top_n = _whole(body.top_n)
+    check_count(state, len(documents), "documents")
+    texts = [doc if isinstance(doc, str) else doc.text for doc in documents]
     options = PairOptions(body.truncate_prompt_tokens, body.truncation_side, body.use_activation)
     result = await engine.score_pairs(
         [body.query], texts, options, lambda side, i: "query" if side == 0 else f"documents[{i}]"
     )
     scores, tokens = result.scores, result.prompt_tokens
     order = sorted(range(len(texts)), key=lambda i: -scores[i])  # stable: ties keep input order
-    if 0 < body.top_n < len(order):
-        order = order[: body.top_n]
+    if 0 < top_n < len(order):
+        order = order[:top_n]
     results = [
         RerankResult(
             index=i,
@@ -41,3 +43,10 @@ async def rerank(request: Request) -> RerankResponse:
         usage=RerankUsage(prompt_tokens=tokens, total_tokens=tokens),
         results=results,
     )
+
+
+def _whole(top_n: int | float) -> int:
+    """``top_n`` as an int: 2.0 is 2 (vLLM accepts it), 2.5 is a 400 rather than a silent rounding."""
+    if isinstance(top_n, float) and not top_n.is_integer():
+        raise bad_request(f"top_n must be a whole number, got {top_n}.", "top_n")
+    return int(top_n)

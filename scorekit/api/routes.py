@@ -7,9 +7,10 @@ import msgspec
 from scorekit.api.embed import embed
 from scorekit.api.embeddings import embeddings
 from scorekit.api.generative import generative_scoring
+from scorekit.api.invocations import invocations
 from scorekit.api.rerank import rerank
 from scorekit.api.score import score
-from scorekit.api.service import health, load, metrics, models, openapi
+from scorekit.api.service import health, load, metrics, models, openapi, version
 from scorekit.routing import Alias, Endpoint, Route
 from scorekit.schemas import (
     EmbeddingRequest,
@@ -23,12 +24,15 @@ from scorekit.schemas import (
     RerankResponse,
     ScoreRequest,
     ScoreResponse,
+    VersionResponse,
 )
 
 
-def _service(path: str, endpoint: Endpoint, summary: str, returns: type[msgspec.Struct] | None = None) -> Route:
-    """A GET that is not scoring work: never load, and open while the server drains."""
-    return Route("GET", path, endpoint, None, returns, summary, counts_as_load=False, refused_while_draining=False)
+def _service(
+    path: str, endpoint: Endpoint, summary: str, returns: type[msgspec.Struct] | None = None, method: str = "GET"
+) -> Route:
+    """A request that is not scoring work: never load, and open while the server drains."""
+    return Route(method, path, endpoint, None, returns, summary, counts_as_load=False, refused_while_draining=False)
 
 
 ROUTES: tuple[Route | Alias, ...] = (
@@ -61,4 +65,9 @@ ROUTES: tuple[Route | Alias, ...] = (
     _service("/v1/models", models, "The served models.", returns=ModelList),
     _service("/metrics", metrics, "Prometheus metrics."),
     _service("/openapi.json", openapi, "This document."),
+    # vLLM's extras: SageMaker's health check and single route, and the version.
+    _service("/ping", health, "Same as /health (SageMaker's health check)."),
+    _service("/ping", health, "Same as /health (SageMaker's health check).", method="POST"),
+    _service("/version", version, "The server's version.", returns=VersionResponse),
+    Route("POST", "/invocations", invocations, None, None, "Score, rerank or generative scoring, by the body's shape."),
 )

@@ -1,4 +1,4 @@
-"""The service endpoints: health, load, models, metrics and the OpenAPI document."""
+"""The service endpoints: health, load, models, metrics, version and the OpenAPI document."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from pathlib import Path
 
 import msgspec
 
+from scorekit import __version__
 from scorekit.api.state import ServerState, shutting_down
 from scorekit.http import HTTPError, Request, Response
 from scorekit.metrics import CONTENT_TYPE
-from scorekit.schemas import LoadResponse, ModelCard, ModelList, ModelPermission
+from scorekit.schemas import LoadResponse, ModelCard, ModelList, ModelPermission, VersionResponse
 
 
 async def health(request: Request) -> Response:
@@ -58,6 +59,11 @@ def _weights_root(model: str) -> str:
     absolute since a client cannot know the server's working directory; a hub name stays as given."""
     folder = Path(model)
     return str(folder.resolve()) if folder.is_dir() else model
+
+
+async def version(request: Request) -> VersionResponse:
+    """vLLM's ``/version``: deployment scripts log it and check it before rolling a replica."""
+    return VersionResponse(version=__version__)
 
 
 async def metrics(request: Request) -> Response:

@@ -93,7 +93,7 @@ def test_an_over_long_text_is_refused_by_its_characters_before_tokenizing(
     status, body = served_minilm.json("POST", "/rerank", {"query": "q", "documents": ["short", huge]})
     assert status == 400, body
     error = body["error"]
-    assert error["param"] == "documents[1]" and "1000000 characters" in error["message"], error
+    assert error["param"] == "input_tokens" and "documents[1] has 1000000 characters" in error["message"], error
     assert stats.tokenize_chunks == chunks_before
     # With truncation the same document is legitimate work.
     status, body = served_minilm.json(

@@ -91,6 +91,12 @@ def test_bad_generative_requests_are_400(causal_lm: Live, payload: dict[str, obj
     assert message in body["error"]["message"]
 
 
-def test_score_on_a_causal_lm_is_501(causal_lm: Live) -> None:
-    status, _body = causal_lm.json("POST", "/score", {"queries": "a", "documents": ["b"]})
-    assert status == 501
+def test_score_on_a_causal_lm_is_404_as_vllm(causal_lm: Live) -> None:
+    status, body = causal_lm.json("POST", "/score", {"queries": "a", "documents": ["b"]})
+    assert status == 404
+    assert body["error"] == {
+        "message": "The model does not support the Score API.",
+        "type": "NotFoundError",
+        "param": None,
+        "code": 404,
+    }

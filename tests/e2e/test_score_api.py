@@ -175,7 +175,8 @@ def test_unknown_fields_are_ignored_and_unknown_models_are_404(minilm: Live) -> 
 def test_too_long_input_is_a_400_naming_the_index_unless_truncated(minilm: Live) -> None:
     long_doc = "word " * 600
     status, body = minilm.json("POST", "/score", {"queries": QUERY, "documents": [DOCS[0], long_doc]})
-    assert status == 400 and body["error"]["param"] == "documents[1]"
+    assert status == 400 and body["error"]["param"] == "input_tokens"
+    assert body["error"]["message"].startswith("documents[1] has ")
     assert "Please reduce the length of the input prompt" in body["error"]["message"]
     status, body = minilm.json(
         "POST", "/score", {"queries": QUERY, "documents": [long_doc], "truncate_prompt_tokens": -1}
@@ -190,9 +191,10 @@ def test_unknown_path_is_404_and_wrong_method_is_405_with_allow(minilm: Live) ->
     assert status == 405 and headers["allow"] == "POST" and b'"code":405' in raw
 
 
-def test_generative_scoring_on_a_bi_encoder_is_501(minilm: Live) -> None:
+def test_generative_scoring_on_a_bi_encoder_is_404_as_vllm(minilm: Live) -> None:
     status, body = minilm.json("POST", "/generative_scoring", {"query": "q", "items": ["a"], "label_token_ids": [1]})
-    assert status == 501 and body["error"]["type"] == "NotImplementedError"
+    assert status == 404 and body["error"]["type"] == "NotFoundError"
+    assert body["error"]["message"] == "The model does not support the Generative Scoring API."
 
 
 def test_service_endpoints(minilm: Live) -> None:

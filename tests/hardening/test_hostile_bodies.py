@@ -88,7 +88,7 @@ CASES = [
     Hostile("unknown model", _rerank(model="gpt-4"), 404, param="model"),
     Hostile("100,000 documents", _json(query="q", documents=MANY), 400, param="documents", says=str(ITEMS)),
     Hostile("100,000 pairs", _json(queries="q", documents=MANY), 400, path="/score", param="documents"),
-    Hostile("1 MB document", ONE_MB_BODY, 400, param="documents[1]", says=("documents[1] has", TOO_LONG)),
+    Hostile("1 MB document", ONE_MB_BODY, 400, param="input_tokens", says=("documents[1] has", TOO_LONG)),
 ]  # fmt: skip
 
 

@@ -8,7 +8,7 @@ server's audit and the app's recorded observation.
 from __future__ import annotations
 
 import anyio
-from hypothesis import given, target
+from hypothesis import example, given, target
 from hypothesis import strategies as st
 
 from scorekit.asgi import ASGIApp, Message, Receive, Scope, Send
@@ -289,6 +289,11 @@ def test_Q10_cancelled_poll_is_lossless(flavor: Flavor, backend: Backend, scenar
     script=client_scripts(max_chunk_size=128, max_chunks=10, disconnects=("none", "after_body", "mid_body")),
     behaviour=app_behaviours(kinds=("never_reads", "lazy", "prefix", "poller"), max_ticks=12),
     cap=st.integers(1, 256),
+)
+@example(  # a lazy reader wakes the pump while the buffer is over the cap: the pump must look again (L17)
+    script=ClientScript(chunks=(b"", b"a", b"b", b"ccc", b"ddd"), delays=(0,) * 6),
+    behaviour=AppBehaviour("lazy", ticks=0),
+    cap=3,
 )
 def test_Q11_buffer_bounded(
     flavor: Flavor, backend: Backend, script: ClientScript, behaviour: AppBehaviour, cap: int

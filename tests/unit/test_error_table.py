@@ -27,10 +27,10 @@ from scorekit.routing import Route, Router
     ("error", "status", "message", "param"),
     [
         (InvalidRequest("bad top_n", "top_n"), 400, "bad top_n", "top_n"),
-        (InputTooLong(3, 300, 256).named("documents[1]"), 400, "documents[1] has 300 tokens, but", "documents[1]"),
+        (InputTooLong(3, 300, 256).named("documents[1]"), 400, "documents[1] has 300 tokens, but", "input_tokens"),
         (TruncationTooLarge(), 400, "truncate_prompt_tokens value is greater", "truncate_prompt_tokens"),
         (UnknownModel("nope"), 404, "The model `nope` does not exist.", "model"),
-        (Unsupported("a bi-encoder cannot"), 501, "The model does not support the Rerank API.", None),
+        (Unsupported("a bi-encoder cannot"), 404, "The model does not support the Rerank API.", None),
         (Overloaded("requests in flight: 4, the limit"), 503, "The server is busy and cannot accept new", None),
         (NotReady("The model is not ready."), 503, "The model is not ready.", None),
         (ModelFailure("The model failed on this request's batch (RuntimeError)."), 500, "The model failed", None),
