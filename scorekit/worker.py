@@ -114,9 +114,9 @@ class ModelWorker:
         self.stats.items += len(batch)
         self.stats.recent_batch_sizes.append(len(batch))
         self.stats.recent_batch_jobs.append(len(jobs))
+        if self._on_batch is not None:  # observed before delivery too: an answered request's batch is in the metrics
+            self._on_batch(len(batch), tokens, seconds)
         for item, output in zip(batch, outputs, strict=True):
             if item.job.cancelled:
                 self.stats.items_of_cancelled_jobs += 1
             item.job.deliver(item.index, output)
-        if self._on_batch is not None:
-            self._on_batch(len(batch), tokens, seconds)
