@@ -25,9 +25,34 @@ from scorekit.errors import QueueTimeout
 from scorekit.jobs import Job, WorkItem
 from scorekit.models.base import Encoded
 
-# What the engine queues: tokenized inputs in, one output tensor per input back.
-ModelJob = Job[Encoded, torch.Tensor]
 ModelItem = WorkItem[Encoded, torch.Tensor]
+
+
+class ModelJob(Job[Encoded, torch.Tensor]):
+    """What the engine queues: tokenized inputs in, one output tensor per input back, packed into one tensor.
+
+    A backend's outputs are views of its batch's result, which is allocated after that forward's activations.
+    Kept until the request ends, thousands of them sit between freed activations, so the allocator can neither
+    reuse nor return that memory: a 10,000-document rerank held about 300 MB more at its peak than a
+    1,000-document one (docs/benchmarks.md, figure 6b). Copying each output into one tensor per job, made at
+    the first delivery, frees every batch's result as soon as the batch is delivered."""
+
+    _packed: torch.Tensor | None = None
+
+    def deliver(self, index: int, output: torch.Tensor) -> None:
+        if not self.done:
+            output = self._pack(index, output)
+        super().deliver(index, output)
+
+    def _pack(self, index: int, output: torch.Tensor) -> torch.Tensor:
+        packed = self._packed
+        if packed is None:
+            shape = (len(self.inputs), *output.shape)
+            packed = self._packed = torch.empty(shape, dtype=output.dtype, device=output.device)
+        if packed.shape[1:] != output.shape or packed.dtype != output.dtype or packed.device != output.device:
+            return output  # outputs of another shape (none of today's backends makes them): kept as they came
+        packed[index] = output
+        return packed[index]
 
 
 class QueueFull(Exception):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scorekit.batching import Batcher, QueueFull
+from scorekit.batching import Batcher, ModelJob, QueueFull
 from scorekit.jobs import Job
 from scorekit.models.base import Encoded
 
@@ -123,3 +124,26 @@ def test_fail_all_answers_every_queued_job_and_closes() -> None:
     assert batcher.queued == 0 and batcher.next_batch() is None
     with pytest.raises(QueueFull):
         batcher.submit(job_of([1]))
+
+
+def test_a_model_job_keeps_copies_of_its_outputs_not_views_of_the_batch_result() -> None:
+    """Each delivered output is copied into the job's one tensor, so a batch's result can be freed once
+    the batch is delivered (views kept for a long request fragmented the heap; docs/benchmarks.md 6b)."""
+    job = ModelJob([Encoded([1, 2]) for _ in range(3)], notify=lambda: None)
+    first, second = torch.randn(2, 4), torch.randn(1, 4)
+    for index, row in ((2, first[0]), (0, first[1]), (1, second[0])):
+        job.deliver(index, row)
+    assert job.done
+    results = [result for result in job.results if result is not None]
+    torch.testing.assert_close(torch.stack(results), torch.stack([first[1], second[0], first[0]]))
+    batch_storages = {first.untyped_storage().data_ptr(), second.untyped_storage().data_ptr()}
+    assert all(result.untyped_storage().data_ptr() not in batch_storages for result in results)
+
+
+def test_a_model_job_keeps_an_output_of_another_shape_as_it_came() -> None:
+    job = ModelJob([Encoded([1]) for _ in range(2)], notify=lambda: None)
+    job.deliver(0, torch.zeros(3))
+    odd = torch.ones(5)
+    job.deliver(1, odd)
+    assert job.results[1] is odd
+    assert job.results[0] is not None and job.results[0].tolist() == [0.0, 0.0, 0.0]
