@@ -31,7 +31,7 @@ from scorekit.metrics import Metrics, ModelGauge
 from scorekit.middleware.drain import DrainGate
 from scorekit.middleware.inflight import InFlight
 from scorekit.middleware.metrics import RequestMetrics
-from scorekit.models import default_model_path, load_backend
+from scorekit.models import load_spec
 from scorekit.models.base import Backend
 from scorekit.registry import ModelRegistry
 from scorekit.routing import Alias, Route, Router
@@ -116,9 +116,7 @@ class ScorekitApp:
     def _start_engine(self, spec: ModelSpec) -> Engine:
         ensure_visible()  # before the model loads: its load line is part of the start-up log too
         name = spec.served_name
-        backend = self._backends.get(name) or load_backend(
-            spec.path or default_model_path(), kind=spec.kind, device=spec.device, dtype=spec.dtype
-        )
+        backend = self._backends.get(name) or load_spec(spec)
         engine = Engine(backend, spec.engine, observer=self.metrics.model(name))
         engine.start()
         logger.info(

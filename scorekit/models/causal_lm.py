@@ -20,8 +20,8 @@ class CausalLMBackend:
 
     kind: ModelKind = "causal-lm"
 
-    def __init__(self, name: str, *, device: torch.device, dtype: torch.dtype) -> None:
-        source = Source(name)
+    def __init__(self, source: Source, *, device: torch.device, dtype: torch.dtype) -> None:
+        name = source.name
         self._tokenizer = load_tokenizer(source)
         model = load_model(AutoModelForCausalLM, source, device, dtype, self.kind)
         # forward asks the model for the logits at one position per row, not the whole sequence.

@@ -33,8 +33,8 @@ class CrossEncoderBackend:
 
     kind: ModelKind = "cross-encoder"
 
-    def __init__(self, name: str, *, device: torch.device, dtype: torch.dtype) -> None:
-        source = Source(name)
+    def __init__(self, source: Source, *, device: torch.device, dtype: torch.dtype) -> None:
+        name = source.name
         self._tokenizer = load_tokenizer(source)
         model = load_model(AutoModelForSequenceClassification, source, device, dtype, self.kind)
         if model.config.num_labels != 1:

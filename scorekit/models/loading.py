@@ -39,6 +39,7 @@ class Source:
 
     name: str
     subfolder: str = ""
+    trust_remote_code: bool = False  # run the model's own Python code (its config names it), as transformers asks
 
     @property
     def is_local(self) -> bool:
@@ -47,6 +48,10 @@ class Source:
     def kwargs(self) -> dict[str, Any]:
         """The location arguments every ``from_pretrained`` call takes."""
         return {"local_files_only": self.is_local, "subfolder": self.subfolder}
+
+    def pretrained_kwargs(self) -> dict[str, Any]:
+        """What every ``from_pretrained`` call takes: the location, and whether the model's own code may run."""
+        return {**self.kwargs(), "trust_remote_code": self.trust_remote_code}
 
     def read_json(self, filename: str) -> Any:
         """A JSON file of the model, or None when it has no such file (or it cannot be fetched)."""
@@ -103,7 +108,7 @@ def load_tokenizer(source: Source) -> PreTrainedTokenizerBase:
     to truncate or pad) never change it, so any thread may tokenize at any time.
     """
     with loading(source.name):
-        tokenizer = AutoTokenizer.from_pretrained(source.name, **source.kwargs())
+        tokenizer = AutoTokenizer.from_pretrained(source.name, **source.pretrained_kwargs())
     if not tokenizer.is_fast:
         raise ValueError(f"Model {source.name!r} has no fast tokenizer (tokenizer.json), which scorekit needs.")
     tokenizer.backend_tokenizer.no_truncation()
@@ -129,7 +134,9 @@ def load_model(
     causal LM gets a random LM head): it would serve scores that mean nothing, with no error anywhere.
     """
     with loading(source.name), _no_progress_bars():
-        loaded = auto_class.from_pretrained(source.name, dtype=dtype, output_loading_info=True, **source.kwargs())
+        loaded = auto_class.from_pretrained(
+            source.name, dtype=dtype, output_loading_info=True, **source.pretrained_kwargs()
+        )
     model: PreTrainedModel = loaded[0]
     info: dict[str, Any] = loaded[1]
     _check_trained(model, info["missing_keys"], source.name, kind)

@@ -13,6 +13,7 @@ import torch
 
 from tests.cli.conftest import ROOT, one_line_error, scorekit
 from tests.live import free_port
+from tests.tiny_models import MAX_POSITIONS
 
 
 def test_python_m_scorekit_and_version() -> None:
@@ -98,3 +99,10 @@ def test_a_busy_port_is_said_before_the_model_loads() -> None:
     assert (
         line == f"scorekit: error: cannot listen on 127.0.0.1:{port}: the port is in use (--debug shows the traceback)"
     )
+
+
+def test_a_max_model_len_above_the_models_own_is_one_line(cross_encoder_dir: Path) -> None:
+    result = scorekit("serve", str(cross_encoder_dir), "--max-model-len", "100000", "--port", str(free_port()))
+    line = one_line_error(result, 1)
+    assert "max_model_len 100000 is more than model" in line
+    assert f"at most {MAX_POSITIONS} tokens" in line

@@ -49,6 +49,7 @@ def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         ("--header-timeout", "0"),
         ("--limit-concurrency", "-1"),
         ("--max-batch-size", "1.5"),
+        ("--max-model-len", "0"),
     ],
 )
 def test_numeric_flags_are_checked_while_parsing(flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -67,6 +68,8 @@ def test_numeric_flags_are_checked_while_parsing(flag: str, value: str, capsys: 
         ("SCOREKIT_DEVICE", "tpu", "unsupported device 'tpu'"),
         ("SCOREKIT_SHUTDOWN_TIMEOUT", "soon", "number of seconds"),
         ("SCOREKIT_DEBUG", "maybe", "1/true/yes/on"),
+        ("SCOREKIT_TRUST_REMOTE_CODE", "maybe", "1/true/yes/on"),
+        ("SCOREKIT_MAX_MODEL_LEN", "-5", "at least 1"),
     ],
 )
 def test_variables_go_through_the_same_checks_and_are_named(
@@ -100,6 +103,12 @@ def test_defaults_are_the_settings_defaults() -> None:
     parsed = settings_from(parse(["serve"]))
     assert parsed.served_models() == Settings(engine=EngineConfig()).served_models()
     assert dataclasses.replace(parsed, models=()) == Settings()
+
+
+def test_max_model_len_and_trust_remote_code_reach_every_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SCOREKIT_TRUST_REMOTE_CODE", "1")
+    specs = settings_from(parse(["serve", "--model", "a", "--model", "b=c", "--max-model-len", "64"])).served_models()
+    assert [(spec.max_model_len, spec.trust_remote_code) for spec in specs] == [(64, True), (64, True)]
 
 
 def test_several_models_are_named_and_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

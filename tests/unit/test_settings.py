@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from scorekit.settings import EngineConfig, Settings
+from scorekit.settings import EngineConfig, ModelSpec, Settings
 
 
 @pytest.mark.parametrize("name", ["max_batch_tokens", "max_batch_size", "max_queued_items", "max_concurrent_requests"])
@@ -27,6 +27,8 @@ def test_engine_counts_are_whole_and_positive(name: str, value: Any) -> None:
         ({"shutdown_timeout": float("nan")}, "Settings.shutdown_timeout must be a number of seconds, 0 or more"),
         ({"header_timeout": 0}, "Settings.header_timeout must be a number of seconds, more than 0, not 0"),
         ({"kind": "reranker"}, "Settings.kind must be one of cross-encoder, bi-encoder, causal-lm or None"),
+        ({"max_model_len": 0}, "Settings.max_model_len must be a whole number, at least 1, not 0"),
+        ({"models": (ModelSpec(),), "trust_remote_code": True}, "Settings.models replaces model, served_model_name"),
     ],
 )
 def test_settings_refuse_bad_values(changes: dict[str, Any], message: str) -> None:
@@ -45,3 +47,8 @@ def test_the_queue_wait_is_off_or_a_positive_number_of_seconds(value: Any) -> No
 
 def test_the_defaults_and_the_edges_are_accepted() -> None:
     Settings(shutdown_timeout=0, limit_concurrency=0, kind="causal-lm", engine=EngineConfig(max_batch_size=1))
+
+
+def test_a_model_spec_refuses_a_cap_below_one() -> None:
+    with pytest.raises(ValueError, match=r"ModelSpec\.max_model_len must be a whole number, at least 1, not -1"):
+        ModelSpec(max_model_len=-1)
