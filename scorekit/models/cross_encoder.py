@@ -68,7 +68,7 @@ class CrossEncoderBackend:
             chars=sum(map(len, firsts)) + sum(map(len, seconds)),
             encode=lambda checkpoint: self.encode_pairs(firsts, seconds, options.truncate, options.side, checkpoint),
             finish=finish,
-            param_of=lambda row: param_of(1, pairing.first_place(row)),
+            param_of=lambda row: _pair_name(pairing, row, param_of, one_query=len(side1) == 1),
         )
 
     def encode_pairs(
@@ -100,6 +100,17 @@ class CrossEncoderBackend:
         if logit >= 0:
             return 1.0 / (1.0 + math.exp(-logit))
         return math.exp(logit) / (1.0 + math.exp(logit))
+
+
+def _pair_name(pairing: Pairing, row: int, param_of: ParamOf, *, one_query: bool) -> str:
+    """How an over-long pair is named: one sequence holds both texts, so the longer one (in characters) is
+    named first, with the other beside it ("query (with documents[2])"): a long query is not blamed on its
+    document."""
+    place = pairing.first_place(row)
+    first, second = pairing.distinct[row]
+    query = param_of(0, 0 if one_query else place)
+    document = param_of(1, place)
+    return f"{query} (with {document})" if len(first) > len(second) else f"{document} (with {query})"
 
 
 def _uses_sigmoid(config: PretrainedConfig, name: str) -> bool:

@@ -54,3 +54,16 @@ def test_usage_counts_each_rendered_pair(cross_encoder: Live, reference: CrossEn
     tokenizer = reference.tokenizer
     expected = sum(len(tokenizer(QUERY, d)["input_ids"]) for d in DOCS)
     assert body["usage"]["prompt_tokens"] == expected
+
+
+def test_an_over_long_pair_names_its_longer_text_first(cross_encoder: Live) -> None:
+    """One sequence holds query and document: a long query is named as the long side, not its document."""
+    long, short = "river " * 200, "a short text"
+    messages = []
+    for query, document in ((long, short), (short, long)):
+        status, body = cross_encoder.json("POST", "/rerank", {"query": query, "documents": ["fine", document]})
+        assert status == 400, body
+        assert body["error"]["param"] == "input_tokens"
+        messages.append(body["error"]["message"])
+    assert messages[0].startswith("query (with documents[0]) has "), messages[0]  # every pair is over: the first
+    assert messages[1].startswith("documents[1] (with query) has "), messages[1]

@@ -132,4 +132,4 @@ def test_model_cards_carry_vllms_parent_and_permission(minilm: Live) -> None:
 def test_an_over_length_input_has_vllms_input_tokens_param(cross_encoder: Live) -> None:
     status, body = cross_encoder.json("POST", "/rerank", {"query": QUERY, "documents": ["short", "word " * 5000]})
     assert (status, body["error"]["param"], body["error"]["type"]) == (400, "input_tokens", "BadRequestError")
-    assert body["error"]["message"].startswith("documents[1] has ")
+    assert body["error"]["message"].startswith("documents[1] (with query) has ")
