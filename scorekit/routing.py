@@ -31,7 +31,9 @@ _warned_aliases: set[str] = set()
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """A canonical path. ``body`` and ``returns`` describe it in /openapi.json; the router ignores them.
+    """A canonical path. ``body`` and ``returns`` describe it in /openapi.json; the router ignores them. Each is
+    a type msgspec can describe (a Struct, ``list[Struct]``), or a tuple of them for a path that takes or
+    answers several shapes (/rerank's Cohere and TEI dialects).
 
     Two flags, false for the service routes (/health, /load, /metrics ...): ``counts_as_load``, whether the
     request counts in /load (and so holds up a drain), and ``refused_while_draining``, whether a draining
@@ -42,8 +44,8 @@ class Route:
     method: str
     path: str
     endpoint: Endpoint
-    body: type[msgspec.Struct] | None = None
-    returns: type[msgspec.Struct] | None = None
+    body: Any = None
+    returns: Any = None
     summary: str = ""
     counts_as_load: bool = True
     refused_while_draining: bool = True

@@ -241,6 +241,28 @@ class EmbedRequest(Struct, kw_only=True):
     truncation_direction: Literal["Left", "Right", "left", "right"] = "Right"
 
 
+class TeiRerankRequest(Struct, kw_only=True):
+    """TEI's /rerank body, served on the same path: a body with ``texts`` and no ``documents`` is this one.
+    ``raw_scores`` answers the raw logit (vLLM's ``use_activation: false``); ``truncate`` cuts an over-long
+    pair to the model's maximum, from ``truncation_direction``'s end. The answer is a bare list of TeiRank."""
+
+    query: str
+    texts: list[str]
+    model: str | None = None
+    raw_scores: bool = False
+    return_text: bool = False
+    truncate: bool = False
+    truncation_direction: Literal["Left", "Right", "left", "right"] = "Right"
+
+
+class TeiRank(Struct, omit_defaults=True):
+    """One entry of TEI's /rerank answer, best first; ``text`` only when the request asked for it."""
+
+    index: int
+    score: float
+    text: str | None = None
+
+
 # vLLM's service extras (/version).
 class VersionResponse(Struct):
     version: str

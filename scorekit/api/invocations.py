@@ -14,7 +14,7 @@ import msgspec
 from scorekit.api.generative import generative_scoring
 from scorekit.api.rerank import rerank
 from scorekit.api.score import SPELLINGS, score
-from scorekit.http import Request, bad_request
+from scorekit.http import Request, Response, bad_request
 from scorekit.schemas import GenerativeScoringResponse, RerankResponse, ScoreResponse
 
 _SCORE_KEYS = frozenset(name for pair in SPELLINGS for name in pair)
@@ -25,7 +25,7 @@ ACCEPTED = (
 )
 
 
-async def invocations(request: Request) -> ScoreResponse | RerankResponse | GenerativeScoringResponse:
+async def invocations(request: Request) -> ScoreResponse | RerankResponse | GenerativeScoringResponse | Response:
     keys = _keys(request.body)
     if "label_token_ids" in keys:
         return await generative_scoring(request)

@@ -19,14 +19,14 @@ _REF = "#/components/schemas/{name}"
 def build_openapi(table: Iterable[Route | Alias], *, title: str, version: str) -> bytes:
     entries = list(table)
     routes = {entry.path: entry for entry in entries if isinstance(entry, Route)}
-    types: set[type[msgspec.Struct]] = {ErrorBody}
-    types.update(t for r in routes.values() for t in (r.body, r.returns) if t is not None)
-    ordered = sorted(types, key=lambda t: t.__name__)
-    _, components = msgspec.json.schema_components(ordered, ref_template=_REF)
+    shapes = {shape for r in routes.values() for t in (r.body, r.returns) if t is not None for shape in _shapes(t)}
+    ordered = [ErrorBody, *sorted(shapes, key=repr)]
+    schemas, components = msgspec.json.schema_components(ordered, ref_template=_REF)
+    schema_of = dict(zip(ordered, schemas, strict=True))
     paths: dict[str, dict[str, Any]] = {}
     for entry in entries:
         route = routes[entry.to] if isinstance(entry, Alias) else entry
-        operation = _operation(route, entry.path)
+        operation = _operation(route, entry.path, schema_of)
         if isinstance(entry, Alias):
             operation = {**operation, "summary": f"Alias of {route.path}."}
             if entry.deprecated:
@@ -41,18 +41,28 @@ def build_openapi(table: Iterable[Route | Alias], *, title: str, version: str) -
     return msgspec.json.encode(document)
 
 
-def _operation(route: Route, path: str) -> dict[str, Any]:
+def _shapes(described: Any) -> tuple[Any, ...]:
+    """The types a route's ``body`` or ``returns`` names: one, or each of a tuple of them."""
+    return described if isinstance(described, tuple) else (described,)
+
+
+def _one_of(described: Any, schema_of: dict[Any, Any]) -> Any:
+    schemas = [schema_of[shape] for shape in _shapes(described)]
+    return schemas[0] if len(schemas) == 1 else {"oneOf": schemas}
+
+
+def _operation(route: Route, path: str, schema_of: dict[Any, Any]) -> dict[str, Any]:
     error = {"content": {"application/json": {"schema": {"$ref": _REF.format(name="ErrorBody")}}}}
     ok: dict[str, Any] = {"description": "OK"}
     if route.returns is not None:
-        ok["content"] = {"application/json": {"schema": {"$ref": _REF.format(name=route.returns.__name__)}}}
+        ok["content"] = {"application/json": {"schema": _one_of(route.returns, schema_of)}}
     operation: dict[str, Any] = {
         "summary": route.summary,
         "operationId": path.strip("/").replace("/", "_").replace(".", "_"),
         "responses": {"200": ok, "400": {**error, "description": "Bad request"}},
     }
     if route.body is not None:
-        schema = {"$ref": _REF.format(name=route.body.__name__)}
+        schema = _one_of(route.body, schema_of)
         operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": schema}}}
         operation["responses"].update(
             {

@@ -1,17 +1,44 @@
-"""POST /rerank (Jina/Cohere shape): one query against many documents, best first."""
+"""POST /rerank (Jina/Cohere/vLLM shape): one query against many documents, best first.
+
+A body with ``texts`` and no ``documents`` is TEI's dialect of the same path, answered by ``api/tei_rerank.py``.
+"""
 
 from __future__ import annotations
 
+import msgspec
 from msgspec import UNSET
 
 from scorekit.api.common import check_count, decode, response_id
 from scorekit.api.state import ServerState
-from scorekit.http import Request, bad_request
+from scorekit.api.tei_rerank import tei_rerank
+from scorekit.http import Request, Response, bad_request
 from scorekit.schemas import RerankDocument, RerankRequest, RerankResponse, RerankResult, RerankUsage
 from scorekit.tasks import PairOptions
 
 
-async def rerank(request: Request) -> RerankResponse:
+class _Dialect(msgspec.Struct):
+    """The two keys that tell the dialects apart, left undecoded (msgspec skips every other field)."""
+
+    texts: msgspec.Raw = msgspec.Raw(b"")
+    documents: msgspec.Raw = msgspec.Raw(b"")
+
+
+_dialect = msgspec.json.Decoder(_Dialect)
+
+
+def _is_tei(body: bytes) -> bool:
+    """TEI's body has ``texts`` and no ``documents``; a body that is not a JSON object is left to the full
+    decode, which names what is wrong with it."""
+    try:
+        keys = _dialect.decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        return False
+    return bool(keys.texts) and not keys.documents
+
+
+async def rerank(request: Request) -> RerankResponse | Response:
+    if _is_tei(request.body):
+        return await tei_rerank(request)
     state: ServerState = request.state
     body = await decode(request, RerankRequest)
     model, engine = state.models.resolve(body.model)

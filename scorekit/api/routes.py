@@ -24,6 +24,8 @@ from scorekit.schemas import (
     RerankResponse,
     ScoreRequest,
     ScoreResponse,
+    TeiRank,
+    TeiRerankRequest,
     VersionResponse,
 )
 
@@ -38,7 +40,15 @@ def _service(
 ROUTES: tuple[Route | Alias, ...] = (
     Route("POST", "/score", score, ScoreRequest, ScoreResponse, "Score text pairs: 1:1, 1:N or N:N.", api="Score"),
     Alias("/v1/score", to="/score"),
-    Route("POST", "/rerank", rerank, RerankRequest, RerankResponse, "Rank documents against a query.", api="Rerank"),
+    Route(
+        "POST",
+        "/rerank",
+        rerank,
+        (RerankRequest, TeiRerankRequest),
+        (RerankResponse, list[TeiRank]),
+        "Rank documents against a query (Cohere, Jina and vLLM's body; TEI's with texts).",
+        api="Rerank",
+    ),
     Alias("/v1/rerank", to="/rerank"),
     Alias("/v2/rerank", to="/rerank", deprecated=False),  # what Cohere's current SDK (ClientV2.rerank) calls
     Route(
@@ -59,7 +69,15 @@ ROUTES: tuple[Route | Alias, ...] = (
         "Embed texts (OpenAI shape): floats or base64.",
         api="Embeddings",
     ),
-    Route("POST", "/embed", embed, EmbedRequest, None, "Embed texts (TEI shape): a list of vectors.", api="Embed"),
+    Route(
+        "POST",
+        "/embed",
+        embed,
+        EmbedRequest,
+        list[list[float]],
+        "Embed texts (TEI shape): a list of vectors.",
+        api="Embed",
+    ),
     _service("/health", health, "200 while every model's worker is alive."),
     _service("/load", load, "Scoring requests in flight.", returns=LoadResponse),
     _service("/v1/models", models, "The served models.", returns=ModelList),

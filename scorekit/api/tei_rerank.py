@@ -1,0 +1,34 @@
+"""TEI's /rerank dialect: ``{"query", "texts", ...}`` in, a bare list of ``{"index", "score", "text"?}`` out.
+
+Served on /rerank itself (TEI clients call that path), told from the Cohere/Jina/vLLM body by its ``texts``
+key (see ``api/rerank.py``). Errors keep scorekit's one error shape and statuses (an over-long pair is vLLM's
+400 ``input_tokens``), where TEI itself answers ``{"error", "error_type"}``: a TEI client reads the status.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from scorekit.api.common import check_count, decode
+from scorekit.api.state import ServerState
+from scorekit.http import Request, Response, bad_request
+from scorekit.schemas import TeiRank, TeiRerankRequest
+from scorekit.tasks import PairOptions, TruncationSide
+
+
+async def tei_rerank(request: Request) -> Response:
+    state: ServerState = request.state
+    body = await decode(request, TeiRerankRequest)
+    _, engine = state.models.resolve(body.model)
+    if not body.texts:
+        raise bad_request("texts must not be empty: give at least one text to rank.", "texts")
+    check_count(state, len(body.texts), "texts")
+    side: TruncationSide = "left" if body.truncation_direction.lower() == "left" else "right"
+    options = PairOptions(-1 if body.truncate else None, side, False if body.raw_scores else None)
+    result = await engine.score_pairs(
+        [body.query], body.texts, options, lambda side, i: "query" if side == 0 else f"texts[{i}]"
+    )
+    scores = result.scores
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])  # stable: ties keep input order
+    ranks = [TeiRank(i, scores[i], body.texts[i] if body.return_text else None) for i in order]
+    return Response(msgspec.json.encode(ranks))
