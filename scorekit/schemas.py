@@ -47,6 +47,9 @@ class ScoreRequest(Struct, kw_only=True):
     truncation_side: TruncationSide | None = None
     use_activation: bool | None = None
     cache_salt: CacheSalt | None = None
+    # Each side's text cut to this many tokens before the pair is built; 0: not cut (vLLM's and Cohere v2's).
+    max_tokens_per_query: int = 0
+    max_tokens_per_doc: int = 0
 
 
 class TextDocument(Struct):
@@ -67,6 +70,9 @@ class RerankRequest(Struct, kw_only=True):
     truncation_side: TruncationSide | None = None
     use_activation: bool | None = None
     cache_salt: CacheSalt | None = None
+    # Each side's text cut to this many tokens before the pair is built; 0: not cut (vLLM's and Cohere v2's).
+    max_tokens_per_query: int = 0
+    max_tokens_per_doc: int = 0
 
 
 class GenerativeScoringRequest(Struct, kw_only=True):

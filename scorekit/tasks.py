@@ -25,6 +25,10 @@ class PairOptions:
     truncate: int | None = None  # truncate_prompt_tokens: None keeps all (over-long is a 400); -1 the maximum
     side: TruncationSide | None = None
     use_activation: bool | None = None  # cross-encoders: False returns the raw logit
+    # max_tokens_per_query / max_tokens_per_doc: each side's text cut to its first N tokens before the pair
+    # is built (vLLM's and Cohere v2's fields); 0: not cut.
+    query_tokens: int = 0
+    document_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

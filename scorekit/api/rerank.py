@@ -48,7 +48,13 @@ async def rerank(request: Request) -> RerankResponse | Response:
     top_n = _whole(body.top_n)
     check_count(state, len(documents), "documents")
     texts = [doc if isinstance(doc, str) else doc.text for doc in documents]
-    options = PairOptions(body.truncate_prompt_tokens, body.truncation_side, body.use_activation)
+    options = PairOptions(
+        body.truncate_prompt_tokens,
+        body.truncation_side,
+        body.use_activation,
+        body.max_tokens_per_query,
+        body.max_tokens_per_doc,
+    )
     result = await engine.score_pairs(
         [body.query], texts, options, lambda side, i: "query" if side == 0 else f"documents[{i}]"
     )

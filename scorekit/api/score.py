@@ -18,7 +18,13 @@ async def score(request: Request) -> ScoreResponse:
     model, engine = state.models.resolve(body.model)
     names, side1, side2 = _sides(body)
     check_count(state, max(len(side1), len(side2)), names[1])
-    options = PairOptions(body.truncate_prompt_tokens, body.truncation_side, body.use_activation)
+    options = PairOptions(
+        body.truncate_prompt_tokens,
+        body.truncation_side,
+        body.use_activation,
+        body.max_tokens_per_query,
+        body.max_tokens_per_doc,
+    )
     result = await engine.score_pairs(side1, side2, options, lambda side, i: f"{names[side]}[{i}]")
     return ScoreResponse(
         id=response_id(request, "score"),

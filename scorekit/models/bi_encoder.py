@@ -15,6 +15,8 @@ from scorekit.tasks import Embeddings, EmbedOptions, PairOptions, PairScores, Pa
 from .base import Checkpoint, Encoded, ModelKind, Plan, TruncationSide, no_checkpoint
 from .loading import (
     Source,
+    check_side_cuts,
+    cut_texts,
     encode_texts,
     limits,
     load_model,
@@ -70,30 +72,45 @@ class BiEncoderBackend:
     ) -> Plan[PairScores]:
         """Each distinct text is embedded once (a 1:N request's query once); a pair's score is the cosine of
         its two normalised embeddings. ``use_activation`` means nothing here."""
+        check_side_cuts(options, self.max_length)
         pairing = Pairing.of(side1, side2)
-        texts = list(dict.fromkeys(side1 + side2))
-        text_row = {text: i for i, text in enumerate(texts)}
+        cut_query, cut_document = options.query_tokens, options.document_tokens
+        # A row is a text and the cut its side asks for: each distinct one is embedded once.
+        rows = list(dict.fromkeys([(text, cut_query) for text in side1] + [(text, cut_document) for text in side2]))
+        row_of = {row: i for i, row in enumerate(rows)}
 
         def finish(inputs: list[Encoded], outputs: list[torch.Tensor]) -> PairScores:
             embeddings = _finish(outputs, normalize=True)
-            documents = embeddings[[text_row[b] for _, b in pairing.distinct]]
+            documents = embeddings[[row_of[b, cut_document] for _, b in pairing.distinct]]
             if len(side1) == 1:  # 1:N: the query's one row, broadcast, not N copies of it
-                queries = embeddings[text_row[side1[0]]].expand_as(documents)
+                queries = embeddings[row_of[side1[0], cut_query]].expand_as(documents)
             else:
-                queries = embeddings[[text_row[a] for a, _ in pairing.distinct]]
+                queries = embeddings[[row_of[a, cut_query] for a, _ in pairing.distinct]]
             # One dot product per row, each summed in the same order: a pair's score never depends on its row.
             scores: list[float] = (queries * documents).sum(-1).tolist()
-            tokens = sum(inputs[text_row[text]].cost for text in side1 + side2)  # the query once per side-1 entry
+            # The query once per side-1 entry, as vLLM counts.
+            tokens = sum(inputs[row_of[text, cut_query]].cost for text in side1)
+            tokens += sum(inputs[row_of[text, cut_document]].cost for text in side2)
             return PairScores(pairing.spread(scores), tokens)
 
+        def encode(checkpoint: Checkpoint) -> list[Encoded]:
+            texts = [text for text, _ in rows]
+            for cut in {cut_query, cut_document} - {0}:
+                places = [i for i, (_, tokens) in enumerate(rows) if tokens == cut]
+                shorter = cut_texts(self._tokenizer, [texts[i] for i in places], cut, checkpoint)
+                for place, text in zip(places, shorter, strict=True):
+                    texts[place] = text
+            return self.encode_texts(texts, options.truncate, options.side, checkpoint)
+
         def first_place(row: int) -> str:
-            text = texts[row]
-            return param_of(0, side1.index(text)) if text in side1 else param_of(1, side2.index(text))
+            text, cut = rows[row]
+            in_side1 = text in side1 and cut == cut_query
+            return param_of(0, side1.index(text)) if in_side1 else param_of(1, side2.index(text))
 
         return Plan(
-            count=len(texts),
-            chars=sum(map(len, texts)),
-            encode=lambda checkpoint: self.encode_texts(texts, options.truncate, options.side, checkpoint),
+            count=len(rows),
+            chars=sum(len(text) for text, _ in rows),
+            encode=encode,
             finish=finish,
             param_of=first_place,
         )

@@ -13,6 +13,8 @@ from scorekit.tasks import PairOptions, PairScores, ParamOf
 from .base import Checkpoint, Encoded, ModelKind, Plan, TruncationSide, no_checkpoint
 from .loading import (
     Source,
+    check_side_cuts,
+    cut_texts,
     encode_pairs,
     limits,
     load_model,
@@ -54,8 +56,14 @@ class CrossEncoderBackend:
         self, side1: list[str], side2: list[str], options: PairOptions, param_of: ParamOf
     ) -> Plan[PairScores]:
         """Each distinct pair runs once; its score is the activation of its logit (or the raw logit)."""
+        check_side_cuts(options, self.max_length)
         pairing = Pairing.of(side1, side2)
         firsts, seconds = [a for a, _ in pairing.distinct], [b for _, b in pairing.distinct]
+
+        def encode(checkpoint: Checkpoint) -> list[Encoded]:
+            queries = cut_texts(self._tokenizer, firsts, options.query_tokens, checkpoint)
+            documents = cut_texts(self._tokenizer, seconds, options.document_tokens, checkpoint)
+            return self.encode_pairs(queries, documents, options.truncate, options.side, checkpoint)
 
         def finish(inputs: list[Encoded], outputs: list[torch.Tensor]) -> PairScores:
             logits = [float(output) for output in outputs]
@@ -66,7 +74,7 @@ class CrossEncoderBackend:
         return Plan(
             count=len(firsts),
             chars=sum(map(len, firsts)) + sum(map(len, seconds)),
-            encode=lambda checkpoint: self.encode_pairs(firsts, seconds, options.truncate, options.side, checkpoint),
+            encode=encode,
             finish=finish,
             param_of=lambda row: _pair_name(pairing, row, param_of, one_query=len(side1) == 1),
         )

@@ -17,6 +17,7 @@ from transformers.utils.hub import cached_file
 
 from scorekit.choices import DTYPES, device_error
 from scorekit.errors import InputTooLong, InvalidRequest, TruncationTooLarge
+from scorekit.tasks import PairOptions
 
 from .base import Checkpoint, Encoded, Limits, ModelKind, TruncationSide
 
@@ -248,6 +249,34 @@ def tokenize(
         encodings.extend(backend.encode_batch(list(texts[start:end]), add_special_tokens=special_tokens))
         start = end
     return encodings
+
+
+def check_side_cuts(options: PairOptions, max_length: int) -> None:
+    """vLLM's checks of ``max_tokens_per_query`` and ``max_tokens_per_doc``, with its messages."""
+    for name, value in (
+        ("max_tokens_per_query", options.query_tokens),
+        ("max_tokens_per_doc", options.document_tokens),
+    ):
+        if value < 0:
+            raise InvalidRequest(f"{name} must be a non-negative integer", name)
+        if value >= max_length:
+            raise InvalidRequest(f"{name} ({value}) must be less than max_model_len ({max_length}).", name)
+
+
+def cut_texts(
+    tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_tokens: int, checkpoint: Checkpoint
+) -> list[str]:
+    """Each text cut to its first ``max_tokens`` tokens (no special tokens), at the character where the last
+    kept token ends, as vLLM does with the offset mapping; 0 leaves them whole."""
+    if max_tokens == 0:
+        return list(texts)
+    distinct = list(dict.fromkeys(texts))  # a 1:N request's query once
+    encodings = tokenize(tokenizer, distinct, special_tokens=False, checkpoint=checkpoint)
+    cut = {
+        text: text if len(encoding.ids) <= max_tokens else text[: encoding.offsets[max_tokens - 1][1]]
+        for text, encoding in zip(distinct, encodings, strict=True)
+    }
+    return [cut[text] for text in texts]
 
 
 def encode_texts(
