@@ -14,6 +14,8 @@ import msgspec
 
 from scorekit.api.state import ServerState
 from scorekit.http import Request, bad_request
+from scorekit.schemas import RerankRequest, ScoreRequest
+from scorekit.tasks import PairOptions
 
 S = TypeVar("S", bound=msgspec.Struct)
 
@@ -74,3 +76,14 @@ def check_count(state: ServerState, count: int, param: str) -> None:
     limit = state.settings.max_items_per_request
     if count > limit:
         raise bad_request(f"{count} inputs were given; this server accepts at most {limit} per request.", param)
+
+
+def pair_options(body: ScoreRequest | RerankRequest) -> PairOptions:
+    """The cutting and finishing fields that /score and /rerank share, as the engine takes them."""
+    return PairOptions(
+        body.truncate_prompt_tokens,
+        body.truncation_side,
+        body.use_activation,
+        body.max_tokens_per_query,
+        body.max_tokens_per_doc,
+    )

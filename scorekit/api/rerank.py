@@ -8,12 +8,11 @@ from __future__ import annotations
 import msgspec
 from msgspec import UNSET
 
-from scorekit.api.common import check_count, decode, response_id
+from scorekit.api.common import check_count, decode, pair_options, response_id
 from scorekit.api.state import ServerState
 from scorekit.api.tei_rerank import tei_rerank
 from scorekit.http import Request, Response, bad_request
 from scorekit.schemas import RerankDocument, RerankRequest, RerankResponse, RerankResult, RerankUsage
-from scorekit.tasks import PairOptions
 
 
 class _Dialect(msgspec.Struct):
@@ -48,13 +47,7 @@ async def rerank(request: Request) -> RerankResponse | Response:
     top_n = _whole(body.top_n)
     check_count(state, len(documents), "documents")
     texts = [doc if isinstance(doc, str) else doc.text for doc in documents]
-    options = PairOptions(
-        body.truncate_prompt_tokens,
-        body.truncation_side,
-        body.use_activation,
-        body.max_tokens_per_query,
-        body.max_tokens_per_doc,
-    )
+    options = pair_options(body)
     result = await engine.score_pairs(
         [body.query], texts, options, lambda side, i: "query" if side == 0 else f"documents[{i}]"
     )

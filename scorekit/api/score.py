@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from scorekit.api.common import check_count, decode, now, response_id
+from scorekit.api.common import check_count, decode, now, pair_options, response_id
 from scorekit.api.state import ServerState
 from scorekit.http import Request, bad_request
 from scorekit.schemas import ScoreData, ScoreRequest, ScoreResponse, TextSide, Usage
-from scorekit.tasks import PairOptions
 
 SPELLINGS = (("queries", "documents"), ("queries", "items"), ("data_1", "data_2"), ("text_1", "text_2"))
 _SIDE_FIELDS = ("queries", "documents", "items", "data_1", "data_2", "text_1", "text_2")
@@ -18,13 +17,7 @@ async def score(request: Request) -> ScoreResponse:
     model, engine = state.models.resolve(body.model)
     names, side1, side2 = _sides(body)
     check_count(state, max(len(side1), len(side2)), names[1])
-    options = PairOptions(
-        body.truncate_prompt_tokens,
-        body.truncation_side,
-        body.use_activation,
-        body.max_tokens_per_query,
-        body.max_tokens_per_doc,
-    )
+    options = pair_options(body)
     result = await engine.score_pairs(side1, side2, options, lambda side, i: f"{names[side]}[{i}]")
     return ScoreResponse(
         id=response_id(request, "score"),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import cohere
 import pytest
@@ -18,16 +20,21 @@ DOCS = [
 ]
 
 
+def assert_as_direct(minilm: Live, results: Sequence[Any]) -> None:
+    """The SDK's parsed results are what a direct /rerank of the same body answers."""
+    _, direct = minilm.json("POST", "/rerank", {"query": "capital of the USA", "documents": DOCS, "top_n": 2})
+    assert [r.index for r in results] == [r["index"] for r in direct["results"]]
+    assert [r.relevance_score for r in results] == pytest.approx(
+        [r["relevance_score"] for r in direct["results"]], abs=1e-6
+    )
+
+
 def test_cohere_client_v2_rerank(minilm: Live) -> None:
     client = cohere.ClientV2(base_url=minilm.url, api_key="x", timeout=60)
     response = client.rerank(
         model="sentence-transformers/all-MiniLM-L6-v2", query="capital of the USA", documents=DOCS, top_n=2
     )
-    _, direct = minilm.json("POST", "/rerank", {"query": "capital of the USA", "documents": DOCS, "top_n": 2})
-    assert [r.index for r in response.results] == [r["index"] for r in direct["results"]]
-    assert [r.relevance_score for r in response.results] == pytest.approx(
-        [r["relevance_score"] for r in direct["results"]], abs=1e-6
-    )
+    assert_as_direct(minilm, response.results)
     assert response.results[0].index == 1
 
 
@@ -37,11 +44,7 @@ def test_cohere_client_v1_rerank(minilm: Live) -> None:
     response = client.rerank(
         model="sentence-transformers/all-MiniLM-L6-v2", query="capital of the USA", documents=DOCS, top_n=2
     )
-    _, direct = minilm.json("POST", "/rerank", {"query": "capital of the USA", "documents": DOCS, "top_n": 2})
-    assert [r.index for r in response.results] == [r["index"] for r in direct["results"]]
-    assert [r.relevance_score for r in response.results] == pytest.approx(
-        [r["relevance_score"] for r in direct["results"]], abs=1e-6
-    )
+    assert_as_direct(minilm, response.results)
 
 
 def first_tokens(text: str, count: int) -> str:
