@@ -13,7 +13,7 @@ import anyio.to_thread
 import msgspec
 
 from scorekit.api.state import ServerState
-from scorekit.http import Request, bad_request
+from scorekit.http import HTTPError, Request, bad_request
 from scorekit.schemas import RerankRequest, ScoreRequest
 from scorekit.tasks import PairOptions
 
@@ -46,7 +46,10 @@ async def decode(request: Request, kind: type[S]) -> S:
     except msgspec.ValidationError as exc:
         message = str(exc)
         found = _FIELD_AT.search(message) or _MISSING.search(message)
-        raise bad_request(message, found.group(1) if found else None) from None
+        # vLLM's spelling of a body that fails its schema (FastAPI's RequestValidationError): type
+        # "Bad Request", and param the field's location in the request, "body.top_n".
+        param = f"body.{found.group(1)}" if found else "body"
+        raise HTTPError(400, message, param=param, error_type="Bad Request") from None
     except msgspec.DecodeError as exc:
         raise bad_request(f"Invalid JSON: {exc}") from None
     except RecursionError:  # msgspec's depth guard; no valid request nests this deep

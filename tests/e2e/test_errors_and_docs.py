@@ -72,7 +72,7 @@ def _raw(live: Live, head: bytes) -> tuple[int, Any]:
 def test_errors_over_the_wire_carry_vllm_names(minilm: Live) -> None:
     """One request per status a running model server answers with, each checked for its ``type``."""
     cases = [
-        (400, minilm.json("POST", "/rerank", {"documents": ["a"]})),
+        (400, minilm.json("POST", "/rerank", {"query": "q", "documents": []})),
         (404, minilm.json("POST", "/score", {"model": "gpt-4", "queries": "q", "documents": ["a"]})),
         (404, minilm.json("GET", "/scores")),
         (405, minilm.json("GET", "/rerank")),
@@ -89,6 +89,9 @@ def test_errors_over_the_wire_carry_vllm_names(minilm: Live) -> None:
     for expected, (status, body) in cases:
         assert status == expected, (expected, body)
         assert body["error"]["type"] == VLLM_ERROR_TYPES[expected] and body["error"]["code"] == expected
+    # A body that fails the schema is FastAPI's RequestValidationError in vLLM: "Bad Request", param body.<field>.
+    status, body = minilm.json("POST", "/rerank", {"documents": ["a"]})
+    assert (status, body["error"]["type"], body["error"]["param"]) == (400, "Bad Request", "body.query")
 
 
 @pytest.fixture

@@ -81,7 +81,7 @@ def test_token_id_inputs_are_accepted(causal_lm: Live) -> None:
             "out of vocabulary range",
         ),
         ({"query": "q", "items": ["a", [1]], "label_token_ids": [1]}, "items", "not a mix"),
-        ({"query": "q", "items": ["a"]}, "label_token_ids", "missing required field"),
+        ({"query": "q", "items": ["a"]}, "body.label_token_ids", "missing required field"),
         ({"query": [10**9], "items": [[1]], "label_token_ids": [1]}, "query", "vocabulary range"),
     ],
 )

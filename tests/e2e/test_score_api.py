@@ -127,11 +127,11 @@ BAD_REQUESTS: list[tuple[str, Any, str | None, str]] = [
     ),
     ("/score", {"queries": QUERY}, "queries", "exactly one of"),
     ("/score", {"queries": QUERY, "documents": DOCS, "text_2": DOCS}, "documents", "exactly one of"),
-    ("/score", {"queries": 3, "documents": DOCS}, "queries", "Expected"),
+    ("/score", {"queries": 3, "documents": DOCS}, "body.queries", "Expected"),
     (
         "/score",
         {"queries": QUERY, "documents": DOCS, "truncate_prompt_tokens": -2},
-        "truncate_prompt_tokens",
+        "body.truncate_prompt_tokens",
         ">= -1",
     ),
     (
@@ -140,10 +140,10 @@ BAD_REQUESTS: list[tuple[str, Any, str | None, str]] = [
         "documents",
         "At least one text_pair element must be given",
     ),
-    ("/rerank", {"documents": DOCS}, "query", "missing required field `query`"),
-    ("/rerank", {"query": [QUERY], "documents": DOCS}, "query", "Expected `str`"),
-    ("/rerank", {"query": QUERY, "documents": DOCS, "top_n": -1}, "top_n", ">= 0"),
-    ("/rerank", [1, 2], None, "Expected `object`"),
+    ("/rerank", {"documents": DOCS}, "body.query", "missing required field `query`"),
+    ("/rerank", {"query": [QUERY], "documents": DOCS}, "body.query", "Expected `str`"),
+    ("/rerank", {"query": QUERY, "documents": DOCS, "top_n": -1}, "body.top_n", ">= 0"),
+    ("/rerank", [1, 2], "body", "Expected `object`"),
 ]
 
 

@@ -75,9 +75,9 @@ def test_truncate_cuts_from_the_asked_end_as_truncation_side_does(cross_encoder:
     ("body", "param"),
     [
         ({"query": QUERY, "texts": []}, "texts"),
-        ({"query": QUERY, "texts": "one text"}, "texts"),
-        ({"texts": TEXTS}, "query"),
-        ({"query": QUERY, "texts": TEXTS, "truncation_direction": "middle"}, "truncation_direction"),
+        ({"query": QUERY, "texts": "one text"}, "body.texts"),
+        ({"texts": TEXTS}, "body.query"),
+        ({"query": QUERY, "texts": TEXTS, "truncation_direction": "middle"}, "body.truncation_direction"),
     ],
 )
 def test_a_bad_tei_body_is_a_400_that_names_the_field(cross_encoder: Live, body: dict[str, object], param: str) -> None:
