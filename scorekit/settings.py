@@ -75,8 +75,17 @@ class Settings:
     limit_concurrency: int = 0  # most open connections; 0: derived from the open-file limit (connections.py)
     header_timeout: float = 10.0  # seconds a connection gets to send a complete request head
     models: tuple[ModelSpec, ...] = ()
+    # Keys a request must bring as `Authorization: Bearer <key>` (the probes stay open); (): no keys asked.
+    api_keys: tuple[str, ...] = ()
+    # CORS, as Starlette's CORSMiddleware takes it; no origins: no CORS middleware (a preflight gets 405).
+    allowed_origins: tuple[str, ...] = ()
+    allowed_methods: tuple[str, ...] = ("*",)
+    allowed_headers: tuple[str, ...] = ("*",)
+    allow_credentials: bool = False
 
     def __post_init__(self) -> None:
+        if any(not key.strip() for key in self.api_keys):
+            raise ValueError("Settings.api_keys must not hold an empty key")
         _at_least(self, "max_body_bytes", 1)
         _at_least(self, "max_items_per_request", 1)
         _at_least(self, "limit_concurrency", 0)
