@@ -1,7 +1,8 @@
 """``create_app``: the ASGI app and its lifespan.
 
-The stack, outermost first: LifecycleMiddleware → InFlight → RequestMetrics → the caller's ``middleware``
-→ DrainGate → Router → endpoints (see :mod:`scorekit.middleware`).
+The stack, outermost first: LifecycleMiddleware → InFlight → RequestMetrics → CORS (``allowed_origins``) →
+ApiKeyGate (``api_keys``) → the caller's ``middleware`` → DrainGate → Router → endpoints (see
+:mod:`scorekit.middleware`).
 
 The lifespan loads every served model and starts one engine (batcher and worker thread) per model. A host
 app that mounts scorekit (Starlette and FastAPI do not run a mounted app's lifespan) composes
@@ -16,6 +17,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 import anyio.to_thread
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 
 from scorekit import __version__
 from scorekit.api.errors import as_http_error
@@ -28,6 +30,7 @@ from scorekit.lifecycle import LifecycleMiddleware
 from scorekit.load import LoadCounter
 from scorekit.logs import ensure_visible
 from scorekit.metrics import Metrics, ModelGauge
+from scorekit.middleware.auth import ApiKeyGate
 from scorekit.middleware.drain import DrainGate
 from scorekit.middleware.inflight import InFlight
 from scorekit.middleware.metrics import RequestMetrics
@@ -73,6 +76,16 @@ class ScorekitApp:
         stack: ASGIApp = DrainGate(router, route_of=router.route_of, draining=lambda: self.state.draining)
         for cls, args, kwargs in reversed(middleware):
             stack = cls(stack, *args, **kwargs)
+        if settings.api_keys:
+            stack = ApiKeyGate(stack, keys=settings.api_keys, route_of=router.route_of)
+        if settings.allowed_origins:
+            stack = CORSMiddleware(
+                stack,
+                allow_origins=settings.allowed_origins,
+                allow_methods=settings.allowed_methods,
+                allow_headers=settings.allowed_headers,
+                allow_credentials=settings.allow_credentials,
+            )
         stack = RequestMetrics(stack, route_of=router.route_of, observe=self.metrics.observe_request)
         self._in_flight = InFlight(stack)
         self._stack = LifecycleMiddleware(self._in_flight, load=self.load)

@@ -8,6 +8,7 @@ the model libraries load only once the flags are good. Every start-up error is o
 from __future__ import annotations
 
 import argparse
+import json
 import logging.config
 import math
 import os
@@ -103,6 +104,35 @@ def _switch(text: str) -> bool:
     if value in ("0", "false", "no", "off"):
         return False
     raise argparse.ArgumentTypeError(f"expected 1/true/yes/on or 0/false/no/off, not {text!r}")
+
+
+def _key_file(text: str) -> tuple[str, ...]:
+    """The API keys in file ``text``: one a line, blank lines and ``#`` comments skipped."""
+    try:
+        with open(text, encoding="utf-8") as file:
+            lines = file.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {text!r}: {getattr(exc, 'strerror', None) or exc}") from None
+    keys = tuple(line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#"))
+    if not keys:
+        raise argparse.ArgumentTypeError(f"{text!r} holds no key (one a line; blank lines and # comments are skipped)")
+    return keys
+
+
+def _names(text: str) -> tuple[str, ...]:
+    """A list as vLLM takes it (JSON: ``["https://a.example"]``) or comma-separated (``https://a.example,*``)."""
+    if text.lstrip().startswith("["):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = None
+        if not isinstance(value, list) or not all(isinstance(item, str) and item.strip() for item in value):
+            raise argparse.ArgumentTypeError(f"expected a JSON list of strings or a comma-separated list, not {text!r}")
+        return tuple(value)
+    names = tuple(item.strip() for item in text.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list with no empty entry, not {text!r}")
+    return names
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +278,36 @@ _FLAGS = (
         "Seconds a connection gets to send its request head before it is closed",
         metavar="SECONDS",
     ),
+    _Flag(
+        "api-key",
+        _text,
+        None,
+        "A key every request but /health, /ping, /metrics and /load must bring as `Authorization: Bearer KEY`"
+        " (401 without it); repeat it for several. Its variable or --api-key-file keep it out of the process list",
+        "none, no key asked",
+        metavar="KEY",
+        repeat=True,
+    ),
+    _Flag(
+        "api-key-file",
+        _key_file,
+        None,
+        "A file of API keys, one a line (blank lines and # comments skipped); they add to --api-key",
+        "none",
+        metavar="PATH",
+    ),
+    _Flag(
+        "allowed-origins",
+        _names,
+        _SETTINGS.allowed_origins,
+        "CORS origins, a JSON list or comma-separated (* for any); set, CORS answers as Starlette's"
+        " CORSMiddleware does",
+        "none, CORS off: a preflight gets 405",
+        metavar="ORIGINS",
+    ),
+    _Flag("allowed-methods", _names, _SETTINGS.allowed_methods, "CORS methods", "*", metavar="METHODS"),
+    _Flag("allowed-headers", _names, _SETTINGS.allowed_headers, "CORS request headers", "*", metavar="HEADERS"),
+    _Flag("allow-credentials", _switch, _SETTINGS.allow_credentials, "CORS: allow credentials", "off"),
     _Flag("log-level", str, "info", "debug logs one line per batch", choices=_LOG_LEVELS),
     _Flag("debug", _switch, False, "Show the traceback of a start-up error, not just its message", "off"),
 )
@@ -360,6 +420,11 @@ def settings_from(args: argparse.Namespace) -> Settings:
         shutdown_timeout=args.shutdown_timeout,
         limit_concurrency=args.limit_concurrency,
         header_timeout=args.header_timeout,
+        api_keys=tuple(dict.fromkeys([*(args.api_key or ()), *(args.api_key_file or ())])),
+        allowed_origins=args.allowed_origins,
+        allowed_methods=args.allowed_methods,
+        allowed_headers=args.allowed_headers,
+        allow_credentials=args.allow_credentials,
     )
 
 

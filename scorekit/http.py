@@ -78,11 +78,13 @@ def bad_request(message: str, param: str | None = None) -> HTTPError:
 
 
 # The error ``type`` vLLM's OpenAI-compatible server uses for each status, so a client that switches on
-# vLLM's names works unchanged. vLLM names 405 and 413 nothing of its own (FastAPI answers those), so they
-# follow the same <Phrase>Error pattern; 503 is the spelling of vLLM's retryable errors (its admission
-# limit says "Service Unavailable", which breaks the pattern clients match on).
+# vLLM's names works unchanged. vLLM names 405 and 413 nothing of its own (FastAPI answers those) and
+# answers a bad API key with a bare {"error": "Unauthorized"}, so 401, 405 and 413 follow the same
+# <Phrase>Error pattern; 503 is the spelling of vLLM's retryable errors (its admission limit says
+# "Service Unavailable", which breaks the pattern clients match on).
 VLLM_ERROR_TYPES = {
     400: "BadRequestError",
+    401: "UnauthorizedError",
     404: "NotFoundError",
     405: "MethodNotAllowedError",
     413: "PayloadTooLargeError",

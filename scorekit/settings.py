@@ -81,8 +81,17 @@ class Settings:
     models: tuple[ModelSpec, ...] = ()
     max_model_len: int | None = None  # the one model's cap (see ModelSpec)
     trust_remote_code: bool = False
+    # Keys a request must bring as `Authorization: Bearer <key>` (the probes stay open); (): no keys asked.
+    api_keys: tuple[str, ...] = field(default=(), repr=False)  # never in a log line or a failed test's repr
+    # CORS, as Starlette's CORSMiddleware takes it; no origins: no CORS middleware (a preflight gets 405).
+    allowed_origins: tuple[str, ...] = ()
+    allowed_methods: tuple[str, ...] = ("*",)
+    allowed_headers: tuple[str, ...] = ("*",)
+    allow_credentials: bool = False
 
     def __post_init__(self) -> None:
+        if any(not key.strip() for key in self.api_keys):
+            raise ValueError("Settings.api_keys must not hold an empty key")
         _at_least(self, "max_body_bytes", 1)
         _at_least(self, "max_items_per_request", 1)
         _at_least(self, "limit_concurrency", 0)
