@@ -76,7 +76,7 @@ def test_debug_shows_the_traceback() -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_an_unavailable_device_is_one_line() -> None:
-    line = one_line_error(scorekit("serve", "--device", "cuda"), 1)
+    line = one_line_error(scorekit("serve", "--device", "cuda", "--port", str(free_port())), 1)
     assert "CUDA is not available" in line
 
 

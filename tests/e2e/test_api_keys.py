@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import cohere
+import httpx
 import openai
 import pytest
 
@@ -87,14 +88,34 @@ def test_no_key_reaches_a_log(keyed: Live, caplog: pytest.LogCaptureFixture, cap
         assert key not in caplog.text and key not in out and key not in err
 
 
-def test_the_cohere_sdk_reranks_with_a_key(keyed: Live) -> None:
-    def rerank(key: str) -> Any:
+def test_the_cohere_sdks_rerank_with_a_key(keyed: Live, minilm: Live) -> None:
+    """Both clients, v2 with max_tokens_per_doc: each with a key gets what an open server answers."""
+    _, expected = minilm.json("POST", "/rerank", {**RERANK, "max_tokens_per_doc": 4})
+    scores = {r["index"]: r["relevance_score"] for r in expected["results"]}
+
+    def v2(key: str) -> Any:
         client = cohere.ClientV2(base_url=keyed.url, api_key=key, timeout=60)
+        return client.rerank(model="", query=RERANK["query"], documents=RERANK["documents"], max_tokens_per_doc=4)
+
+    def v1(key: str) -> Any:
+        client = cohere.Client(base_url=keyed.url, api_key=key, timeout=60)
         return client.rerank(model="", query=RERANK["query"], documents=RERANK["documents"])
 
-    assert rerank(KEYS[1]).results[0].index == 0
-    with pytest.raises(cohere.errors.UnauthorizedError):
-        rerank("wrong")
+    assert {r.index: r.relevance_score for r in v2(KEYS[1]).results} == pytest.approx(scores, abs=1e-6)
+    assert v1(KEYS[0]).results[0].index == 0
+    for call in (v1, v2):
+        with pytest.raises(cohere.errors.UnauthorizedError):
+            call("wrong")
+
+
+def test_a_tei_client_reranks_with_a_key(keyed: Live, minilm: Live) -> None:
+    body = {"query": RERANK["query"], "texts": RERANK["documents"], "return_text": True}
+    expected = httpx.post(f"{minilm.url}/rerank", json=body, timeout=60).json()
+    got = httpx.post(f"{keyed.url}/rerank", json=body, headers=_bearer(KEYS[0]), timeout=60)
+    assert got.status_code == 200
+    assert [rank["index"] for rank in got.json()] == [rank["index"] for rank in expected]
+    assert [rank["score"] for rank in got.json()] == pytest.approx([rank["score"] for rank in expected], abs=1e-6)
+    assert httpx.post(f"{keyed.url}/rerank", json=body, timeout=60).status_code == 401
 
 
 def test_the_openai_sdk_embeds_with_a_key(keyed: Live) -> None:
