@@ -31,13 +31,19 @@ def _decoder(kind: type[S]) -> msgspec.json.Decoder[S]:
     return msgspec.json.Decoder(kind)
 
 
-async def decode(request: Request, kind: type[S]) -> S:
+async def decode(request: Request, kind: type[S], *, parsed_in_handler: bool = False) -> S:
     """The typed body, or a 400 that names the offending field. A large body decodes in a thread: a
-    16 MB list of millions of empty strings takes most of a second, which the event loop must not wait."""
+    16 MB list of millions of empty strings takes most of a second, which the event loop must not wait.
+
+    A body vLLM refuses before its handler runs is FastAPI's validation error, which vLLM answers with
+    type "Bad Request" and param the place in the body ("body.top_n"). ``parsed_in_handler`` is for the
+    route whose handler vLLM lets parse the body itself (/generative_scoring): there a bad body is a plain
+    ValueError, BadRequestError with no param."""
     media_type = (request.header("content-type") or "").split(";")[0].strip().lower()
     if media_type != "application/json":
-        # vLLM's words and status (400, not 415): clients and vLLM's own tests match this exact message.
-        raise bad_request("Unsupported Media Type: Only 'application/json' is allowed", "content-type")
+        # vLLM's words and status (400, not 415); its validate_json_request raises it as a validation
+        # error with no place in the body, so no param.
+        raise HTTPError(400, "Unsupported Media Type: Only 'application/json' is allowed", error_type="Bad Request")
     try:
         if len(request.body) <= INLINE_DECODE_BYTES:
             decoded: S = _decoder(kind).decode(request.body)
@@ -46,17 +52,21 @@ async def decode(request: Request, kind: type[S]) -> S:
     except msgspec.ValidationError as exc:
         message = str(exc)
         found = _FIELD_AT.search(message) or _MISSING.search(message)
-        # vLLM's spelling of a body that fails its schema (FastAPI's RequestValidationError): type
-        # "Bad Request", and param the field's location in the request, "body.top_n".
-        param = f"body.{found.group(1)}" if found else "body"
-        raise HTTPError(400, message, param=param, error_type="Bad Request") from None
+        raise _refused(message, f"body.{found.group(1)}" if found else "body", parsed_in_handler) from None
     except msgspec.DecodeError as exc:
-        raise bad_request(f"Invalid JSON: {exc}") from None
+        raise _refused(f"Invalid JSON: {exc}", "body", parsed_in_handler) from None
     except RecursionError:  # msgspec's depth guard; no valid request nests this deep
-        raise bad_request("Invalid JSON: the body is nested too deeply.") from None
+        raise _refused("Invalid JSON: the body is nested too deeply.", "body", parsed_in_handler) from None
     if logger.isEnabledFor(logging.DEBUG):
         _log_ignored_fields(request.body, kind)
     return decoded
+
+
+def _refused(message: str, place: str, parsed_in_handler: bool) -> HTTPError:
+    """A body that cannot be taken, as vLLM answers it (see :func:`decode`)."""
+    if parsed_in_handler:
+        return bad_request(message)
+    return HTTPError(400, message, param=place, error_type="Bad Request")
 
 
 def _log_ignored_fields(body: bytes, kind: type[msgspec.Struct]) -> None:

@@ -16,7 +16,7 @@ from scorekit.tasks import LabelQuery
 
 async def generative_scoring(request: Request) -> GenerativeScoringResponse:
     state: ServerState = request.state
-    body = await decode(request, GenerativeScoringRequest)
+    body = await decode(request, GenerativeScoringRequest, parsed_in_handler=True)  # as vLLM's handler does
     model, engine = state.models.resolve(body.model)
     check_count(state, len(body.items), "items")
     check_count(state, len(body.label_token_ids), "label_token_ids")  # each item returns one float per label

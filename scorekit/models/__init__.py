@@ -106,8 +106,9 @@ def load_backend(
     if max_model_len is not None:
         if max_model_len > backend.max_length:
             raise ValueError(
-                f"max_model_len {max_model_len} is more than model {model!r} takes: its inputs are at most "
-                f"{backend.max_length} tokens."
+                # vLLM's words, so what an operator (or a log scanner) knows from vLLM's start-up reads the same.
+                f"User-specified max_model_len ({max_model_len}) is greater than the derived max_model_len "
+                f"(max_length={backend.max_length} of model {model!r}); scorekit can lower it, never raise it."
             )
         backend.max_length = max_model_len
     logger.info(

@@ -104,5 +104,5 @@ def test_a_busy_port_is_said_before_the_model_loads() -> None:
 def test_a_max_model_len_above_the_models_own_is_one_line(cross_encoder_dir: Path) -> None:
     result = scorekit("serve", str(cross_encoder_dir), "--max-model-len", "100000", "--port", str(free_port()))
     line = one_line_error(result, 1)
-    assert "max_model_len 100000 is more than model" in line
-    assert f"at most {MAX_POSITIONS} tokens" in line
+    assert "User-specified max_model_len (100000) is greater than the derived max_model_len" in line
+    assert f"(max_length={MAX_POSITIONS} of model" in line

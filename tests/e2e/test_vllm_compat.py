@@ -134,3 +134,25 @@ def test_an_over_length_input_has_vllms_input_tokens_param(cross_encoder: Live) 
     status, body = cross_encoder.json("POST", "/rerank", {"query": QUERY, "documents": ["short", "word " * 5000]})
     assert (status, body["error"]["param"], body["error"]["type"]) == (400, "input_tokens", "BadRequestError")
     assert body["error"]["message"].startswith("documents[1] (with query) has ")
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "content_type", "expected"),
+    [
+        # vLLM's validate_json_request raises a validation error with no place in the body.
+        ("/rerank", b"{}", "text/plain", ("Bad Request", None)),
+        ("/generative_scoring", b"{}", "text/plain", ("Bad Request", None)),
+        # FastAPI's json_invalid: a validation error in the body.
+        ("/rerank", b'{"query": ', "application/json", ("Bad Request", "body")),
+        # /generative_scoring's handler parses the body itself: a plain ValueError, no param.
+        ("/generative_scoring", b'{"query": ', "application/json", ("BadRequestError", None)),
+        ("/generative_scoring", b'{"query": "q", "items": ["a"]}', "application/json", ("BadRequestError", None)),
+    ],
+)
+def test_a_body_that_cannot_be_taken_has_vllms_type_and_param(
+    causal_lm: Live, minilm: Live, path: str, body: bytes, content_type: str, expected: tuple[str, str | None]
+) -> None:
+    live = causal_lm if path == "/generative_scoring" else minilm
+    status, answer = live.json("POST", path, body, headers={"content-type": content_type})
+    assert status == 400, answer
+    assert (answer["error"]["type"], answer["error"]["param"]) == expected

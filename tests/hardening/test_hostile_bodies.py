@@ -72,7 +72,7 @@ CASES = [
     Hostile("deep /score", b'{"queries": "q", "documents": "d", "x": %s}' % DEEP_OBJECT.encode(), 400, "/score"),
     Hostile("text/plain", _rerank(), 400, content_type="text/plain", says="Only 'application/json' is allowed"),
     Hostile("form encoded", b"query=q&documents=d", 400, content_type="application/x-www-form-urlencoded"),
-    Hostile("no content-type", _rerank(), 400, content_type=None, param="content-type"),
+    Hostile("no content-type", _rerank(), 400, content_type=None, says="Only 'application/json' is allowed"),
     Hostile("invalid utf-8", b'{"query": "\xff\xfe\xfd", "documents": ["d"]}', 400),
     Hostile("lone surrogate", b'{"query": "\\ud800", "documents": ["d"]}', 400),
     Hostile("NaN top_n", _raw_rerank("top_n", "NaN"), 400),
