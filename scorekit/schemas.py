@@ -243,21 +243,22 @@ class EmbedRequest(Struct, kw_only=True):
     inputs: str | list[str]
     model: str | None = None
     normalize: bool = True
-    truncate: bool = False
+    truncate: bool | None = False  # TEI's is nullable; null is false
     truncation_direction: Literal["Left", "Right", "left", "right"] = "Right"
 
 
 class TeiRerankRequest(Struct, kw_only=True):
     """TEI's /rerank body, served on the same path: a body with ``texts`` and no ``documents`` is this one.
     ``raw_scores`` answers the raw logit (vLLM's ``use_activation: false``); ``truncate`` cuts an over-long
-    pair to the model's maximum, from ``truncation_direction``'s end. The answer is a bare list of TeiRank."""
+    pair to the model's maximum, from ``truncation_direction``'s end. The answer is a bare list of TeiRank,
+    with TEI's ``x-compute-tokens`` and ``x-compute-characters`` headers."""
 
     query: str
     texts: list[str]
     model: str | None = None
     raw_scores: bool = False
     return_text: bool = False
-    truncate: bool = False
+    truncate: bool | None = False  # TEI's is nullable; null is false (scorekit has no --auto-truncate)
     truncation_direction: Literal["Left", "Right", "left", "right"] = "Right"
 
 

@@ -27,12 +27,15 @@ _dialect = msgspec.json.Decoder(_Dialect)
 
 def _is_tei(body: bytes) -> bool:
     """TEI's body has ``texts`` and no ``documents``; a body that is not a JSON object is left to the full
-    decode, which names what is wrong with it."""
+    decode, which names what is wrong with it. A body with both is refused: neither dialect's client sends
+    the other's key, and answering in one shape while ignoring the other's texts would hide the mistake."""
     try:
         keys = _dialect.decode(body)
     except (msgspec.DecodeError, RecursionError):
         return False
-    return bool(keys.texts) and not keys.documents
+    if keys.texts and keys.documents:
+        raise bad_request("Give documents (the Cohere, Jina and vLLM body) or texts (TEI's body), not both.", "texts")
+    return bool(keys.texts)
 
 
 async def rerank(request: Request) -> RerankResponse | Response:

@@ -2,7 +2,10 @@
 
 Served on /rerank itself (TEI clients call that path), told from the Cohere/Jina/vLLM body by its ``texts``
 key (see ``api/rerank.py``). Errors keep scorekit's one error shape and statuses (an over-long pair is vLLM's
-400 ``input_tokens``), where TEI itself answers ``{"error", "error_type"}``: a TEI client reads the status.
+400 ``input_tokens``), where TEI itself answers ``{"error", "error_type"}`` with 422 for an over-long input
+(error_type "Validation") and 400 for empty texts ("Empty"). One mistake keeps one status in every dialect: a client
+that checks for success sees a 4xx either way, and one that parses TEI's ``error_type`` gets scorekit's body
+whatever the status, so taking TEI's 422 would change no client's outcome and split the error table.
 """
 
 from __future__ import annotations
@@ -31,4 +34,11 @@ async def tei_rerank(request: Request) -> Response:
     scores = result.scores
     order = sorted(range(len(scores)), key=lambda i: -scores[i])  # stable: ties keep input order
     ranks = [TeiRank(i, scores[i], body.texts[i] if body.return_text else None) for i in order]
-    return Response(msgspec.json.encode(ranks))
+    return Response(msgspec.json.encode(ranks), headers=_compute_headers(body, result.prompt_tokens))
+
+
+def _compute_headers(body: TeiRerankRequest, tokens: int) -> list[tuple[bytes, bytes]]:
+    """TEI's accounting headers, which a TEI deployment's clients may bill or log by: the tokens the model ran
+    (scorekit's usage count) and the characters, counted as TEI counts them (the query once per text)."""
+    characters = len(body.query) * len(body.texts) + sum(len(text) for text in body.texts)
+    return [(b"x-compute-tokens", str(tokens).encode()), (b"x-compute-characters", str(characters).encode())]

@@ -23,10 +23,13 @@ def cohere_scores(live: Live, **body: object) -> dict[int, float]:
     return {result["index"]: result["relevance_score"] for result in answer["results"]}
 
 
-@pytest.mark.parametrize("path", ["/rerank", "/v1/rerank"])
+@pytest.mark.parametrize("path", ["/rerank", "/v1/rerank", "/v2/rerank"])
 def test_a_texts_body_gets_teis_ranks_best_first(cross_encoder: Live, path: str) -> None:
-    response = tei(cross_encoder, path)
+    response = tei(cross_encoder, path, truncate=None)  # TEI's truncate is nullable
     assert response.status_code == 200, response.text
+    assert int(response.headers["x-compute-tokens"]) > 0
+    chars = len(QUERY) * len(TEXTS) + sum(map(len, TEXTS))
+    assert response.headers["x-compute-characters"] == str(chars)
     ranks = response.json()
     assert isinstance(ranks, list) and all(set(rank) == {"index", "score"} for rank in ranks)
     assert sorted(rank["index"] for rank in ranks) == [0, 1, 2]
@@ -86,11 +89,13 @@ def test_a_bad_tei_body_is_a_400_that_names_the_field(cross_encoder: Live, body:
     assert response.json()["error"]["param"] == param
 
 
-def test_a_body_with_texts_and_documents_is_the_cohere_shape(cross_encoder: Live) -> None:
-    """``documents`` decides: the body is decoded as the Cohere/vLLM request, which has no ``texts``."""
+def test_a_body_with_texts_and_documents_is_refused(cross_encoder: Live) -> None:
+    """Neither dialect's client sends the other's key; answering one shape would silently drop the other's texts."""
     body = {"query": QUERY, "documents": TEXTS, "texts": TEXTS}
     status, answer = cross_encoder.json("POST", "/rerank", body)
-    assert status == 200 and len(answer["results"]) == 3, answer
+    assert status == 400, answer
+    assert answer["error"]["param"] == "texts"
+    assert answer["error"]["message"].endswith("or texts (TEI's body), not both.")
 
 
 def test_openapi_documents_both_rerank_bodies_and_answers(cross_encoder: Live) -> None:
