@@ -34,7 +34,7 @@ from scorekit.middleware.auth import ApiKeyGate
 from scorekit.middleware.drain import DrainGate
 from scorekit.middleware.inflight import InFlight
 from scorekit.middleware.metrics import RequestMetrics
-from scorekit.models import load_spec
+from scorekit.models import PairScorer, load_spec
 from scorekit.models.base import Backend
 from scorekit.registry import ModelRegistry
 from scorekit.routing import Alias, Route, Router
@@ -130,6 +130,7 @@ class ScorekitApp:
         ensure_visible()  # before the model loads: its load line is part of the start-up log too
         name = spec.served_name
         backend = self._backends.get(name) or load_spec(spec)
+        check_long_documents(self.settings, name, backend)
         engine = Engine(backend, spec.engine, observer=self.metrics.model(name))
         engine.start()
         logger.info(
@@ -187,3 +188,13 @@ def create_app(
     which count what they answer; the drain gate and the router are below them, so a CORS middleware also
     dresses a draining server's 503."""
     return ScorekitApp(settings or Settings(), backends=backends, routes=routes, middleware=middleware)
+
+
+def check_long_documents(settings: Settings, name: str, backend: Backend) -> None:
+    """With ``long_documents="chunk"``, every pair scorer served must be able to chunk (a bi-encoder cannot),
+    or each of its requests would be refused."""
+    if settings.long_documents == "chunk" and isinstance(backend, PairScorer) and not backend.chunks_documents:
+        raise ValueError(
+            f"Long documents are chunked by default, but model {name!r} is a {backend.kind}, which cannot "
+            "score a document by windows: serve it without --long-documents chunk."
+        )

@@ -25,7 +25,7 @@ from scorekit import __version__
 from scorekit.choices import DTYPES, device_error, local_model
 from scorekit.connections import bind_listener
 from scorekit.logs import process_config, route_transformers
-from scorekit.settings import MODEL_KINDS, EngineConfig, ModelSpec, Settings
+from scorekit.settings import LONG_DOCUMENTS, MODEL_KINDS, EngineConfig, ModelSpec, Settings
 
 _ENGINE = EngineConfig()
 _SETTINGS = Settings()
@@ -228,6 +228,31 @@ _FLAGS = (
         "Let transformers run a model's own Python code (for architectures it does not ship)",
         "off",
     ),
+    _Flag(
+        "reranker-template",
+        _text,
+        None,
+        "An LLM reranker's prompt: a preset (qwen3-reranker, bge-reranker-v2-gemma) or a JSON file (one model"
+        " only; docs/models.md)",
+        "reranker_template.json beside the weights, else the preset of the model's type",
+        metavar="PRESET|FILE",
+    ),
+    _Flag(
+        "long-documents",
+        str,
+        _SETTINGS.long_documents,
+        "What a document too long to sit beside its query gets when the request sets neither"
+        " truncate_prompt_tokens nor max_chunks_per_doc: error (a 400, as vLLM) or chunk (scored by its best"
+        " window)",
+        choices=LONG_DOCUMENTS,
+    ),
+    _Flag(
+        "chunk-overlap",
+        _whole(0),
+        _SETTINGS.chunk_overlap,
+        "Tokens a chunked document's window shares with the one before it (at most half a window)",
+        metavar="N",
+    ),
     _Flag("max-batch-tokens", _whole(1), _ENGINE.max_batch_tokens, "Padded tokens per model batch", metavar="N"),
     _Flag("max-batch-size", _whole(1), _ENGINE.max_batch_size, "Items per model batch", metavar="N"),
     _Flag(
@@ -368,7 +393,7 @@ def _model_specs(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
     """``[NAME=]MODEL`` entries as ModelSpecs sharing the device, dtype and engine flags."""
     entries = args.model or [None]
     if len(entries) > 1:
-        for flag in ("served_model_name", "model_kind"):
+        for flag in ("served_model_name", "model_kind", "reranker_template"):
             if getattr(args, flag) is not None:
                 option = "--" + flag.replace("_", "-")
                 raise _FlagError(f"{option} applies to one model; with several, name each as --model NAME=MODEL")
@@ -392,6 +417,7 @@ def _model_specs(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
                 engine,
                 args.max_model_len,
                 args.trust_remote_code,
+                args.reranker_template,
             )
         )
     names = [spec.served_name for spec in specs]
@@ -425,6 +451,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         allowed_methods=args.allowed_methods,
         allowed_headers=args.allowed_headers,
         allow_credentials=args.allow_credentials,
+        long_documents=args.long_documents,
+        chunk_overlap=args.chunk_overlap,
     )
 
 
@@ -440,7 +468,7 @@ def serve(args: argparse.Namespace) -> int:
     config = process_config(args.log_level)
     logging.config.dictConfig(config)
     # The heavy imports (torch, transformers, uvicorn) come only now that the flags are good.
-    from scorekit.app import create_app
+    from scorekit.app import check_long_documents, create_app
     from scorekit.models import load_spec
     from scorekit.serving import run_server
 
@@ -448,6 +476,8 @@ def serve(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     try:
         backends = {spec.served_name: load_spec(spec) for spec in settings.served_models()}
+        for name, backend in backends.items():
+            check_long_documents(settings, name, backend)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:

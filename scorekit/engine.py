@@ -163,10 +163,7 @@ class Engine:
         if plan.count > limit:  # can never be admitted: a 400 now, not a 503 that says retry
             raise self._rejected(
                 "too_many_inputs",
-                InvalidRequest(
-                    f"This request needs {plan.count} model inputs, but the server queues at most {limit}; "
-                    "send it as several smaller requests."
-                ),
+                _too_many(plan.count, limit),
             )
         with self.admit():
             started = time.perf_counter()
@@ -180,6 +177,8 @@ class Engine:
                 self._observer.cancelled("tokenizing")
                 raise
             self._observer.tokenized(time.perf_counter() - started)
+            if len(inputs) > limit:  # a chunked document's windows are known only now
+                raise self._rejected("too_many_inputs", _too_many(len(inputs), limit))
             outputs = await self.run(inputs)
         return plan.finish(inputs, outputs)
 
@@ -264,6 +263,13 @@ class Engine:
             self._observer.failed("worker_died")
         elif isinstance(error, ModelFailure):
             self._observer.failed("model_error")
+
+
+def _too_many(count: int, limit: int) -> InvalidRequest:
+    return InvalidRequest(
+        f"This request needs {count} model inputs, but the server queues at most {limit}; "
+        "send it as several smaller requests."
+    )
 
 
 def _wake_loop(callback: Callable[[], None]) -> Callable[[], None]:

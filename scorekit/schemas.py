@@ -50,6 +50,11 @@ class ScoreRequest(Struct, kw_only=True):
     # Each side's text cut to this many tokens before the pair is built; 0: not cut (vLLM's and Cohere v2's).
     max_tokens_per_query: int = 0
     max_tokens_per_doc: int = 0
+    # scorekit's extensions (docs/api.md): an LLM reranker's instruction; a long document scored by its best
+    # window (Cohere v1's max_chunks_per_doc), and which window that was in each result (return_chunks).
+    instruction: str | None = None
+    max_chunks_per_doc: Annotated[int, Meta(ge=1, le=INT64_MAX)] | None = None
+    return_chunks: bool = False
 
 
 class TextDocument(Struct):
@@ -73,6 +78,11 @@ class RerankRequest(Struct, kw_only=True):
     # Each side's text cut to this many tokens before the pair is built; 0: not cut (vLLM's and Cohere v2's).
     max_tokens_per_query: int = 0
     max_tokens_per_doc: int = 0
+    # scorekit's extensions (docs/api.md): an LLM reranker's instruction; a long document scored by its best
+    # window (Cohere v1's max_chunks_per_doc), and which window that was in each result (return_chunks).
+    instruction: str | None = None
+    max_chunks_per_doc: Annotated[int, Meta(ge=1, le=INT64_MAX)] | None = None
+    return_chunks: bool = False
 
 
 class GenerativeScoringRequest(Struct, kw_only=True):
@@ -109,10 +119,21 @@ class RerankUsage(Struct):
     total_tokens: int
 
 
-class ScoreData(Struct):
+class Chunk(Struct):
+    """The window of a chunked document that gave its score: ``index`` of ``count`` windows, at characters
+    ``start:end`` of the document as sent."""
+
+    index: int
+    count: int
+    start: int
+    end: int
+
+
+class ScoreData(Struct, kw_only=True):
     index: int
     score: float
     object: str = "score"
+    chunk: Chunk | UnsetType = UNSET
 
 
 class ScoreResponse(Struct):
@@ -132,6 +153,7 @@ class RerankResult(Struct, kw_only=True):
     index: int
     relevance_score: float
     document: RerankDocument | UnsetType = UNSET
+    chunk: Chunk | UnsetType = UNSET
 
 
 class RerankResponse(Struct):

@@ -8,8 +8,12 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Literal, get_args
 
-ModelKind = Literal["cross-encoder", "bi-encoder", "causal-lm"]
+ModelKind = Literal["cross-encoder", "bi-encoder", "causal-lm", "llm-reranker"]
 MODEL_KINDS: tuple[ModelKind, ...] = get_args(ModelKind)
+
+# What an over-long document gets when the request asks nothing: vLLM's 400, or scoring by its best window.
+LongDocuments = Literal["error", "chunk"]
+LONG_DOCUMENTS: tuple[LongDocuments, ...] = get_args(LongDocuments)
 
 # What the embedded default model answers to in `model` fields and /v1/models.
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -49,6 +53,9 @@ class ModelSpec:
     engine: EngineConfig = field(default_factory=EngineConfig)
     max_model_len: int | None = None  # caps the model's own longest input (never raises it); None: the model's
     trust_remote_code: bool = False  # let transformers run the model's own code (architectures it lacks)
+    # An LLM reranker's prompt: a preset name or a JSON file; None: reranker_template.json beside the weights,
+    # else the preset of the model's type (docs/models.md).
+    reranker_template: str | None = None
 
     def __post_init__(self) -> None:
         _check_kind(self, self.kind)
@@ -81,6 +88,9 @@ class Settings:
     models: tuple[ModelSpec, ...] = ()
     max_model_len: int | None = None  # the one model's cap (see ModelSpec)
     trust_remote_code: bool = False
+    reranker_template: str | None = None  # the one model's (see ModelSpec)
+    long_documents: LongDocuments = "error"  # the default of requests that do not set max_chunks_per_doc
+    chunk_overlap: int = 32  # tokens a document's window shares with the one before it
     # Keys a request must bring as `Authorization: Bearer <key>` (the probes stay open); (): no keys asked.
     api_keys: tuple[str, ...] = field(default=(), repr=False)  # never in a log line or a failed test's repr
     # CORS, as Starlette's CORSMiddleware takes it; no origins: no CORS middleware (a preflight gets 405).
@@ -100,11 +110,16 @@ class Settings:
         _check_kind(self, self.kind)
         if self.max_model_len is not None:
             _at_least(self, "max_model_len", 1)
-        shorthand = (self.model, self.served_model_name, self.kind, self.max_model_len)
+        if self.long_documents not in LONG_DOCUMENTS:
+            raise ValueError(
+                f"Settings.long_documents must be one of {', '.join(LONG_DOCUMENTS)}, not {self.long_documents!r}"
+            )
+        _at_least(self, "chunk_overlap", 0)
+        shorthand = (self.model, self.served_model_name, self.kind, self.max_model_len, self.reranker_template)
         if self.models and (any(value is not None for value in shorthand) or self.trust_remote_code):
             raise ValueError(
-                "Settings.models replaces model, served_model_name, kind, max_model_len and trust_remote_code:"
-                " give one or the other"
+                "Settings.models replaces model, served_model_name, kind, max_model_len, reranker_template and"
+                " trust_remote_code: give one or the other"
             )
         names = [spec.served_name for spec in self.models]
         if len(set(names)) < len(names):
@@ -124,6 +139,7 @@ class Settings:
             self.engine,
             self.max_model_len,
             self.trust_remote_code,
+            self.reranker_template,
         )
         return (spec,)
 

@@ -19,6 +19,16 @@ ParamOf = Callable[[int, int], str]
 
 
 @dataclass(frozen=True, slots=True)
+class Chunking:
+    """Score a document too long to sit beside its query by its best window: the document's tokens split into
+    windows that each fit, ``overlap`` tokens shared by neighbours, the score the maximum over them (Cohere's
+    rule for ``max_chunks_per_doc``)."""
+
+    max_chunks: int | None = None  # None: as many windows as the document needs; else the first N, the rest unread
+    overlap: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class PairOptions:
     """How a pair-scoring request wants its inputs cut and its scores finished."""
 
@@ -29,14 +39,29 @@ class PairOptions:
     # is built (vLLM's and Cohere v2's fields); 0: not cut.
     query_tokens: int = 0
     document_tokens: int = 0
+    instruction: str | None = None  # LLM rerankers: fills the template's instruction slot; None: the template's
+    chunking: Chunking | None = None  # None: an over-long pair is cut (``truncate``) or refused
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """The window of a chunked document that gave its score: ``index`` of ``count``, at characters
+    ``start:end`` of the document as sent."""
+
+    index: int
+    count: int
+    start: int
+    end: int
 
 
 @dataclass(frozen=True, slots=True)
 class PairScores:
-    """One score per pair, in pair order, and the prompt tokens vLLM would count for the request."""
+    """One score per pair, in pair order, and the prompt tokens vLLM would count for the request (every
+    window of a chunked document counts)."""
 
     scores: list[float]
     prompt_tokens: int
+    windows: list[Window] | None = None  # per pair, with chunking
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification, LlamaConfig, LlamaForCausalLM
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    AutoTokenizer,
+    BertConfig,
+    BertForSequenceClassification,
+    GemmaConfig,
+    GemmaForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 from scorekit.models import default_model_path
 
@@ -57,4 +69,83 @@ def build_causal_lm(folder: Path) -> Path:
 
 def _with_tokenizer(folder: Path) -> Path:
     AutoTokenizer.from_pretrained(default_model_path()).save_pretrained(folder)
+    return folder
+
+
+# What the byte-level BPE tokenizer of the tiny LLM rerankers learns its merges from: the reranker prompts'
+# words and the label tokens, so "yes", "no", "Yes" and "No" are single tokens as in Qwen's and Gemma's.
+_BPE_CORPUS = [
+    "yes no Yes No",
+    "Judge whether the Document meets the requirements based on the Query and the Instruct provided.",
+    "Given a web search query, retrieve relevant passages that answer the query",
+    "Given a query A and a passage B, determine whether the passage contains an answer to the query",
+    "What is the capital of France? The capital of France is Paris. The capital of Brazil is Brasilia.",
+    "document number talks about topic in some detail",
+]
+_SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+# Long enough for a pair with a short document, short enough that a few sentences overflow it.
+RERANKER_MAX_POSITIONS = 256
+
+
+def build_bpe_tokenizer(folder: Path) -> Path:
+    """A byte-level BPE tokenizer as Qwen's and Gemma's are (special tokens atomic, words with their leading
+    space), trained here on a few sentences: a few hundred ids."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=600, special_tokens=_SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    for word in ("yes", "no", "Yes", "No"):
+        _BPE_CORPUS.extend([word] * 20)  # a label must be one token, as it is in the real vocabularies
+    tokenizer.train_from_iterator(_BPE_CORPUS, trainer)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        model_max_length=RERANKER_MAX_POSITIONS,
+    ).save_pretrained(folder)
+    return folder
+
+
+def build_qwen3_reranker(folder: Path) -> Path:
+    """A two-layer Qwen3 causal LM (model_type qwen3: the Qwen3-Reranker preset) with the BPE tokenizer."""
+    torch.manual_seed(0)
+    vocab = len(AutoTokenizer.from_pretrained(build_bpe_tokenizer(folder)))
+    config = Qwen3Config(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=RERANKER_MAX_POSITIONS,
+        pad_token_id=0,
+        initializer_range=INIT_RANGE,
+    )
+    Qwen3ForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+def build_gemma_reranker(folder: Path) -> Path:
+    """A two-layer Gemma causal LM (model_type gemma: the bge-reranker-v2-gemma preset), BPE tokenizer."""
+    torch.manual_seed(1)
+    vocab = len(AutoTokenizer.from_pretrained(build_bpe_tokenizer(folder)))
+    config = GemmaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=RERANKER_MAX_POSITIONS,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        initializer_range=INIT_RANGE,
+    )
+    GemmaForCausalLM(config).save_pretrained(folder)
     return folder

@@ -14,8 +14,9 @@ import msgspec
 
 from scorekit.api.state import ServerState
 from scorekit.http import HTTPError, Request, bad_request
-from scorekit.schemas import RerankRequest, ScoreRequest
-from scorekit.tasks import PairOptions
+from scorekit.schemas import Chunk, RerankRequest, ScoreRequest
+from scorekit.settings import Settings
+from scorekit.tasks import Chunking, PairOptions, PairScores
 
 S = TypeVar("S", bound=msgspec.Struct)
 
@@ -91,12 +92,39 @@ def check_count(state: ServerState, count: int, param: str) -> None:
         raise bad_request(f"{count} inputs were given; this server accepts at most {limit} per request.", param)
 
 
-def pair_options(body: ScoreRequest | RerankRequest) -> PairOptions:
-    """The cutting and finishing fields that /score and /rerank share, as the engine takes them."""
+def pair_options(body: ScoreRequest | RerankRequest, settings: Settings) -> PairOptions:
+    """The cutting and finishing fields that /score and /rerank share, as the engine takes them. A request
+    that sets ``max_chunks_per_doc`` chunks; one that sets ``truncate_prompt_tokens`` truncates; one that
+    sets neither gets the server's ``--long-documents``."""
+    if body.max_chunks_per_doc is not None and body.truncate_prompt_tokens is not None:
+        raise bad_request(
+            "Give max_chunks_per_doc (score a long document by its best window) or truncate_prompt_tokens "
+            "(cut it), not both.",
+            "max_chunks_per_doc",
+        )
+    chunking = None
+    if body.max_chunks_per_doc is not None:
+        chunking = Chunking(body.max_chunks_per_doc, settings.chunk_overlap)
+    elif settings.long_documents == "chunk" and body.truncate_prompt_tokens is None:
+        chunking = Chunking(None, settings.chunk_overlap)
+    if body.return_chunks and chunking is None:
+        raise bad_request(
+            "return_chunks says which window of a chunked document won: give max_chunks_per_doc too.",
+            "return_chunks",
+        )
     return PairOptions(
         body.truncate_prompt_tokens,
         body.truncation_side,
         body.use_activation,
         body.max_tokens_per_query,
         body.max_tokens_per_doc,
+        body.instruction,
+        chunking,
     )
+
+
+def chunks_of(body: ScoreRequest | RerankRequest, scores: PairScores) -> list[Chunk] | None:
+    """Each pair's winning window, when the request asked for them."""
+    if not body.return_chunks or scores.windows is None:
+        return None
+    return [Chunk(window.index, window.count, window.start, window.end) for window in scores.windows]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import msgspec
 from msgspec import UNSET
 
-from scorekit.api.common import check_count, decode, pair_options, response_id
+from scorekit.api.common import check_count, chunks_of, decode, pair_options, response_id
 from scorekit.api.state import ServerState
 from scorekit.api.tei_rerank import tei_rerank
 from scorekit.http import Request, Response, bad_request
@@ -50,11 +50,12 @@ async def rerank(request: Request) -> RerankResponse | Response:
     top_n = _whole(body.top_n)
     check_count(state, len(documents), "documents")
     texts = [doc if isinstance(doc, str) else doc.text for doc in documents]
-    options = pair_options(body)
+    options = pair_options(body, state.settings)
     result = await engine.score_pairs(
         [body.query], texts, options, lambda side, i: "query" if side == 0 else f"documents[{i}]"
     )
     scores, tokens = result.scores, result.prompt_tokens
+    chunks = chunks_of(body, result)
     order = sorted(range(len(texts)), key=lambda i: -scores[i])  # stable: ties keep input order
     if 0 < top_n < len(order):
         order = order[:top_n]
@@ -63,6 +64,7 @@ async def rerank(request: Request) -> RerankResponse | Response:
             index=i,
             relevance_score=scores[i],
             document=RerankDocument(text=texts[i]) if body.return_documents else UNSET,
+            chunk=chunks[i] if chunks else UNSET,
         )
         for i in order
     ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from scorekit.api.common import check_count, decode, now, pair_options, response_id
+from msgspec import UNSET
+
+from scorekit.api.common import check_count, chunks_of, decode, now, pair_options, response_id
 from scorekit.api.state import ServerState
 from scorekit.http import Request, bad_request
 from scorekit.schemas import ScoreData, ScoreRequest, ScoreResponse, TextSide, Usage
@@ -17,13 +19,17 @@ async def score(request: Request) -> ScoreResponse:
     model, engine = state.models.resolve(body.model)
     names, side1, side2 = _sides(body)
     check_count(state, max(len(side1), len(side2)), names[1])
-    options = pair_options(body)
+    options = pair_options(body, state.settings)
     result = await engine.score_pairs(side1, side2, options, lambda side, i: f"{names[side]}[{i}]")
+    chunks = chunks_of(body, result)
     return ScoreResponse(
         id=response_id(request, "score"),
         created=now(),
         model=model,
-        data=[ScoreData(index=i, score=value) for i, value in enumerate(result.scores)],
+        data=[
+            ScoreData(index=i, score=value, chunk=chunks[i] if chunks else UNSET)
+            for i, value in enumerate(result.scores)
+        ],
         usage=Usage(prompt_tokens=result.prompt_tokens, total_tokens=result.prompt_tokens),
     )
 

@@ -16,7 +16,7 @@ from scorekit.api.common import check_count, decode
 from scorekit.api.state import ServerState
 from scorekit.http import Request, Response, bad_request
 from scorekit.schemas import TeiRank, TeiRerankRequest
-from scorekit.tasks import PairOptions, TruncationSide
+from scorekit.tasks import Chunking, PairOptions, TruncationSide
 
 
 async def tei_rerank(request: Request) -> Response:
@@ -27,7 +27,13 @@ async def tei_rerank(request: Request) -> Response:
         raise bad_request("texts must not be empty: give at least one text to rank.", "texts")
     check_count(state, len(body.texts), "texts")
     side: TruncationSide = "left" if body.truncation_direction.lower() == "left" else "right"
-    options = PairOptions(-1 if body.truncate else None, side, False if body.raw_scores else None)
+    chunking = Chunking(None, state.settings.chunk_overlap) if state.settings.long_documents == "chunk" else None
+    options = PairOptions(
+        -1 if body.truncate else None,
+        side,
+        False if body.raw_scores else None,
+        chunking=None if body.truncate else chunking,
+    )
     result = await engine.score_pairs(
         [body.query], body.texts, options, lambda side, i: "query" if side == 0 else f"texts[{i}]"
     )

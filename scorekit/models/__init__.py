@@ -25,7 +25,9 @@ from .base import (
 from .bi_encoder import BiEncoderBackend
 from .causal_lm import CausalLMBackend
 from .cross_encoder import CrossEncoderBackend
+from .llm_reranker import LLMRerankerBackend
 from .loading import Source, kind_of, parse_device, parse_dtype
+from .rerank_template import TEMPLATE_FILE
 
 __all__ = [
     "Backend",
@@ -34,6 +36,7 @@ __all__ = [
     "CrossEncoderBackend",
     "Encoded",
     "InputTooLong",
+    "LLMRerankerBackend",
     "LabelScorer",
     "ModelKind",
     "PairScorer",
@@ -56,12 +59,17 @@ def default_model_path() -> str:
 
 def detect_kind(path_or_name: str) -> ModelKind:
     """Tell the kind from config.json's architectures; a plain encoder (or a sentence-transformers folder)
-    is a bi-encoder."""
+    is a bi-encoder. A causal LM is an LLM reranker when the checkpoint says so: a reranker template beside
+    its weights, or "rerank" in its name (Qwen/Qwen3-Reranker-4B, BAAI/bge-reranker-v2-gemma)."""
     source = Source(path_or_name)
     config: Any = source.read_json("config.json")
     if config is None and source.read_json("modules.json") is None:
         raise ValueError(f"Model {path_or_name!r} could not be loaded: it has no config.json.")
-    return kind_of((config or {}).get("architectures") or [])
+    kind = kind_of((config or {}).get("architectures") or [])
+    named = "rerank" in path_or_name.rstrip("/").rsplit("/", 1)[-1].lower()
+    if kind == "causal-lm" and (named or source.read_json(TEMPLATE_FILE) is not None):
+        return "llm-reranker"
+    return kind
 
 
 def load_spec(spec: ModelSpec) -> Backend:
@@ -73,6 +81,7 @@ def load_spec(spec: ModelSpec) -> Backend:
         dtype=spec.dtype,
         max_model_len=spec.max_model_len,
         trust_remote_code=spec.trust_remote_code,
+        reranker_template=spec.reranker_template,
     )
 
 
@@ -84,12 +93,14 @@ def load_backend(
     dtype: str = "auto",
     max_model_len: int | None = None,
     trust_remote_code: bool = False,
+    reranker_template: str | None = None,
 ) -> Backend:
     """Load ``model`` (a local folder or a hub name) in eval mode; ``kind`` overrides detection.
 
     ``max_model_len`` caps the longest input below what the model itself takes (never above it: positions
     past the model's own would read untrained embeddings, or none). ``trust_remote_code`` lets transformers
-    run a model's own code, for architectures it does not ship."""
+    run a model's own code, for architectures it does not ship. ``reranker_template`` is an LLM reranker's
+    prompt (a preset name or a JSON file); a model of another kind refuses it."""
     started = time.monotonic()
     torch_device = parse_device(device)
     torch_dtype = parse_dtype(dtype, torch_device)
@@ -103,6 +114,13 @@ def load_backend(
             backend = BiEncoderBackend(source, device=torch_device, dtype=torch_dtype)
         case "causal-lm":
             backend = CausalLMBackend(source, device=torch_device, dtype=torch_dtype)
+        case "llm-reranker":
+            backend = LLMRerankerBackend(source, device=torch_device, dtype=torch_dtype, template=reranker_template)
+    if reranker_template is not None and backend.kind != "llm-reranker":
+        raise ValueError(
+            f"A reranker template was given, but model {model!r} is served as a {backend.kind}: "
+            "give --model-kind llm-reranker to serve a causal LM as a reranker."
+        )
     if max_model_len is not None:
         if max_model_len > backend.max_length:
             raise ValueError(

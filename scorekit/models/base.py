@@ -24,6 +24,14 @@ from scorekit.tasks import TruncationSide as TruncationSide
 R = TypeVar("R", covariant=True)
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class SharedPrefix:
+    """The first ``length`` tokens that every input of one request starts with (a causal LM's system prompt,
+    instruction and query). Compared by identity: inputs holding the same object share those tokens."""
+
+    length: int
+
+
 @dataclass(frozen=True, slots=True)
 class Encoded:
     """One sequence ready for the model. ``cost`` is what it adds to a batch's token budget."""
@@ -32,6 +40,7 @@ class Encoded:
     token_type_ids: list[int] | None = None
     label_token_ids: tuple[int, ...] = ()
     truncated: bool = False  # some of the input's tokens were cut to fit
+    prefix: SharedPrefix | None = None  # a causal LM may run it once for every input in a batch that shares it
 
     @property
     def cost(self) -> int:
@@ -88,6 +97,8 @@ class Backend(Protocol):
 @runtime_checkable
 class PairScorer(Protocol):
     """Scores (query, document) pairs: /score and /rerank."""
+
+    chunks_documents: bool  # can score a document too long for one input by its best window
 
     def plan_pairs(
         self, side1: list[str], side2: list[str], options: PairOptions, param_of: ParamOf

@@ -15,7 +15,7 @@ from scorekit.tasks import Embeddings, EmbedOptions, PairOptions, PairScores, Pa
 from .base import Checkpoint, Encoded, ModelKind, Plan, TruncationSide, no_checkpoint
 from .loading import (
     Source,
-    check_side_cuts,
+    check_pair_options,
     cut_texts,
     encode_texts,
     limits,
@@ -51,6 +51,7 @@ class BiEncoderBackend:
     """An ``AutoModel`` plus the folder's pooling config; each text gets one pooled vector, normalised when
     the folder's modules say so (``normalizes``) or the request asks, and always for a cosine."""
 
+    chunks_documents = False  # scores a long document by its best window (tasks.Chunking)
     kind: ModelKind = "bi-encoder"
 
     def __init__(self, root: Source, *, device: torch.device, dtype: torch.dtype) -> None:
@@ -72,7 +73,7 @@ class BiEncoderBackend:
     ) -> Plan[PairScores]:
         """Each distinct text is embedded once (a 1:N request's query once); a pair's score is the cosine of
         its two normalised embeddings. ``use_activation`` means nothing here."""
-        check_side_cuts(options, self.max_length)
+        check_pair_options(options, self.max_length, self.kind, chunks=self.chunks_documents)
         pairing = Pairing.of(side1, side2)
         cut_query, cut_document = options.query_tokens, options.document_tokens
         # A row is a text and the cut its side asks for: each distinct one is embedded once.

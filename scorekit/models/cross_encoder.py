@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -13,8 +12,9 @@ from scorekit.tasks import PairOptions, PairScores, ParamOf
 from .base import Checkpoint, Encoded, ModelKind, Plan, TruncationSide, no_checkpoint
 from .loading import (
     Source,
-    check_side_cuts,
+    check_pair_options,
     cut_texts,
+    encode_pair_windows,
     encode_pairs,
     limits,
     load_model,
@@ -23,7 +23,8 @@ from .loading import (
     pad_token_id,
     read_max_length,
 )
-from .pairs import Pairing
+from .pairs import Pairing, sigmoid
+from .windows import Layout
 
 # Activation names a CrossEncoder may have saved in its config; sigmoid is its default for one label.
 _IDENTITY = {"torch.nn.Identity", "torch.nn.modules.linear.Identity"}
@@ -33,6 +34,7 @@ _SIGMOID = {"torch.nn.Sigmoid", "torch.nn.modules.activation.Sigmoid"}
 class CrossEncoderBackend:
     """A single-label ``AutoModelForSequenceClassification`` scoring text pairs."""
 
+    chunks_documents = True  # scores a long document by its best window (tasks.Chunking)
     kind: ModelKind = "cross-encoder"
 
     def __init__(self, source: Source, *, device: torch.device, dtype: torch.dtype) -> None:
@@ -56,27 +58,37 @@ class CrossEncoderBackend:
         self, side1: list[str], side2: list[str], options: PairOptions, param_of: ParamOf
     ) -> Plan[PairScores]:
         """Each distinct pair runs once; its score is the activation of its logit (or the raw logit)."""
-        check_side_cuts(options, self.max_length)
+        check_pair_options(options, self.max_length, self.kind, chunks=self.chunks_documents)
         pairing = Pairing.of(side1, side2)
         firsts, seconds = [a for a, _ in pairing.distinct], [b for _, b in pairing.distinct]
+
+        layout = Layout()
 
         def encode(checkpoint: Checkpoint) -> list[Encoded]:
             queries = cut_texts(self._tokenizer, firsts, options.query_tokens, checkpoint)
             documents = cut_texts(self._tokenizer, seconds, options.document_tokens, checkpoint)
-            return self.encode_pairs(queries, documents, options.truncate, options.side, checkpoint)
+            if options.chunking is None:
+                layout.spans.extend([(0, len(document))] for document in seconds)
+                return self.encode_pairs(queries, documents, options.truncate, options.side, checkpoint)
+            encoded, spans = encode_pair_windows(
+                self._tokenizer, queries, documents, self.max_length, options.chunking, checkpoint
+            )
+            layout.spans.extend(spans)
+            return encoded
 
         def finish(inputs: list[Encoded], outputs: list[torch.Tensor]) -> PairScores:
-            logits = [float(output) for output in outputs]
+            logits, windows = layout.best([float(output) for output in outputs])
             scores = logits if options.use_activation is False else [self.activation(x) for x in logits]
-            tokens = sum(inputs[pairing.row[pair]].cost for pair in pairing.pairs)  # every pair, as vLLM counts
-            return PairScores(pairing.spread(scores), tokens)
+            costs = layout.costs(inputs)
+            tokens = sum(costs[pairing.row[pair]] for pair in pairing.pairs)  # every pair and window, as vLLM counts
+            return PairScores(pairing.spread(scores), tokens, pairing.spread(windows) if options.chunking else None)
 
         return Plan(
             count=len(firsts),
             chars=sum(map(len, firsts)) + sum(map(len, seconds)),
             encode=encode,
             finish=finish,
-            param_of=lambda row: _pair_name(pairing, row, param_of, one_query=len(side1) == 1),
+            param_of=lambda row: pairing.name(row, param_of, one_query=len(side1) == 1),
         )
 
     def encode_pairs(
@@ -102,23 +114,7 @@ class CrossEncoderBackend:
 
     def activation(self, logit: float) -> float:
         """What sentence-transformers' CrossEncoder.predict applies to the logit (sigmoid unless saved otherwise)."""
-        if not self._sigmoid:
-            return logit
-        # Split by sign so exp never overflows for large-magnitude logits.
-        if logit >= 0:
-            return 1.0 / (1.0 + math.exp(-logit))
-        return math.exp(logit) / (1.0 + math.exp(logit))
-
-
-def _pair_name(pairing: Pairing, row: int, param_of: ParamOf, *, one_query: bool) -> str:
-    """How an over-long pair is named: one sequence holds both texts, so the longer one (in characters) is
-    named first, with the other beside it ("query (with documents[2])"): a long query is not blamed on its
-    document."""
-    place = pairing.first_place(row)
-    first, second = pairing.distinct[row]
-    query = param_of(0, 0 if one_query else place)
-    document = param_of(1, place)
-    return f"{query} (with {document})" if len(first) > len(second) else f"{document} (with {query})"
+        return sigmoid(logit) if self._sigmoid else logit
 
 
 def _uses_sigmoid(config: PretrainedConfig, name: str) -> bool:

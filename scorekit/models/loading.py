@@ -17,9 +17,10 @@ from transformers.utils.hub import cached_file
 
 from scorekit.choices import DTYPES, device_error
 from scorekit.errors import InputTooLong, InvalidRequest, TruncationTooLarge
-from scorekit.tasks import PairOptions
+from scorekit.tasks import Chunking, PairOptions
 
 from .base import Checkpoint, Encoded, Limits, ModelKind, TruncationSide
+from .windows import token_windows
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # Tokenizers without a limit report a sentinel near 1e30 as model_max_length.
@@ -251,6 +252,28 @@ def tokenize(
     return encodings
 
 
+def tokenize_distinct(
+    tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], checkpoint: Checkpoint
+) -> dict[str, Encoding]:
+    """Each distinct text's tokens (no special tokens), tokenized once: a 1:N request's query once, not N times."""
+    distinct = list(dict.fromkeys(texts))
+    return dict(zip(distinct, tokenize(tokenizer, distinct, special_tokens=False, checkpoint=checkpoint), strict=True))
+
+
+def check_pair_options(options: PairOptions, max_length: int, kind: ModelKind, *, chunks: bool) -> None:
+    """Refuse what a pair scorer of this kind cannot do (an instruction needs an LLM reranker's prompt,
+    windows a scorer that ``chunks``), then vLLM's checks of the side cuts."""
+    if options.instruction is not None and kind != "llm-reranker":
+        raise InvalidRequest(f"instruction fills an LLM reranker's prompt; a {kind} has none.", "instruction")
+    if options.chunking is not None and not chunks:
+        raise InvalidRequest(
+            f"A {kind} embeds each document on its own and cannot score it by windows; "
+            "cut long documents with truncate_prompt_tokens instead.",
+            "max_chunks_per_doc",
+        )
+    check_side_cuts(options, max_length)
+
+
 def check_side_cuts(options: PairOptions, max_length: int) -> None:
     """vLLM's checks of ``max_tokens_per_query`` and ``max_tokens_per_doc``, with its messages."""
     for name, value in (
@@ -308,9 +331,7 @@ def encode_pairs(
     if len(firsts) != len(seconds):
         raise ValueError(f"Got {len(firsts)} queries but {len(seconds)} documents; pairs need both.")
     check_chars(zip(map(len, firsts), map(len, seconds), strict=True), limits)
-    distinct = list(dict.fromkeys([*firsts, *seconds]))
-    tokenized = tokenize(tokenizer, distinct, special_tokens=False, checkpoint=checkpoint)
-    encodings = dict(zip(distinct, tokenized, strict=True))
+    encodings = tokenize_distinct(tokenizer, [*firsts, *seconds], checkpoint)
     backend = tokenizer.backend_tokenizer
     with_types = "token_type_ids" in tokenizer.model_input_names
     encoded = []
@@ -321,6 +342,41 @@ def encode_pairs(
         pair = backend.post_process(*parts, add_special_tokens=True)
         encoded.append(fit(pair, index, limits, with_types, parts))
     return encoded
+
+
+def encode_pair_windows(
+    tokenizer: PreTrainedTokenizerBase,
+    firsts: Sequence[str],
+    seconds: Sequence[str],
+    max_length: int,
+    chunking: Chunking,
+    checkpoint: Checkpoint,
+) -> tuple[list[Encoded], list[list[tuple[int, int]]]]:
+    """Pair i as windows: the joined pair with only a window of the second text's tokens, each window as long
+    as fits beside the first text and the special tokens. Also, per pair, its windows' character ranges in
+    the second text."""
+    encodings = tokenize_distinct(tokenizer, [*firsts, *seconds], checkpoint)
+    backend = tokenizer.backend_tokenizer
+    with_types = "token_type_ids" in tokenizer.model_input_names
+    encoded: list[Encoded] = []
+    spans: list[list[tuple[int, int]]] = []
+    for index, (first, second) in enumerate(zip(firsts, seconds, strict=True)):
+        if index % PAIRS_PER_CHECKPOINT == 0:
+            checkpoint()
+        parts = encodings[first], encodings[second]
+        pair = backend.post_process(*parts, add_special_tokens=True)
+        ids, types = pair.ids, pair.type_ids
+        start, length = _pair_spans(ids, *parts)[1]
+        rest = len(ids) - length
+        if rest >= max_length:  # not one token of the second text fits beside the first
+            raise InputTooLong(index, rest + 1, max_length)
+        windows = token_windows(length, max_length - rest, chunking)
+        for low, high in windows:
+            keep = [*range(start), *range(start + low, start + high), *range(start + length, len(ids))]
+            encoded.append(Encoded([ids[i] for i in keep], [types[i] for i in keep] if with_types else None))
+        offsets = parts[1].offsets
+        spans.append([(offsets[low][0], offsets[high - 1][1]) if high > low else (0, 0) for low, high in windows])
+    return encoded, spans
 
 
 def check_chars(inputs: Iterable[tuple[int, ...]], limits: Limits) -> None:

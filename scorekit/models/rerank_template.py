@@ -1,0 +1,149 @@
+"""How a causal LM is asked whether a document answers a query: the prompt template and its label tokens.
+
+A template is a few segments, each tokenized on its own and joined in order, as the published recipes do
+(Qwen3-Reranker tokenizes its system prefix, the instruction/query/document body and the assistant suffix
+apart; bge-reranker-v2-gemma its ``A:`` query, ``B:`` passage, separators and prompt). Segments name the
+slots ``{query}``, ``{document}`` and ``{instruction}``; ``{document}`` appears exactly once, so the document's
+tokens are one run that truncation and chunking can cut without touching the rest.
+
+Two labels (``["no", "yes"]``) score P(second) as the softmax over the two logits at the last prompt position,
+and ``use_activation: false`` answers their difference (what vLLM's folded two-token classifier gives). One
+label (``["Yes"]``) scores the sigmoid of its logit, and the raw logit without activation (FlagEmbedding's
+``normalize=True`` and default outputs).
+
+A template comes from (first found): ``--reranker-template`` (a preset name or a JSON file), a
+``reranker_template.json`` beside the weights, or the preset of the model's ``model_type``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TEMPLATE_FILE = "reranker_template.json"
+SLOTS = ("query", "document", "instruction")
+_SLOT = re.compile(r"\{(query|document|instruction)\}")
+
+
+@dataclass(frozen=True, slots=True)
+class RerankTemplate:
+    """The prompt and labels of an LLM reranker (see the module docstring)."""
+
+    segments: tuple[str, ...]
+    labels: tuple[str, ...]
+    instruction: str = ""  # the instruction slot's text when a request gives none
+    bos: bool = False  # start with the tokenizer's BOS token (the recipe adds it by hand)
+
+    def __post_init__(self) -> None:
+        slots = [match.group(1) for segment in self.segments for match in _SLOT.finditer(segment)]
+        for slot in ("query", "document"):
+            if slots.count(slot) != 1:
+                raise ValueError(
+                    f"A reranker template needs {{{slot}}} exactly once, found it {slots.count(slot)} times."
+                )
+        if len(self.labels) not in (1, 2) or not all(self.labels):
+            raise ValueError('A reranker template needs one label ("Yes") or two ("no", "yes"), each a token.')
+
+    def fill(self, query: str, document: str, instruction: str | None) -> list[tuple[str, dict[str, tuple[int, int]]]]:
+        """Each segment's text, and where each slot's value sits in it (character spans)."""
+        values = {
+            "query": query,
+            "document": document,
+            "instruction": self.instruction if instruction is None else instruction,
+        }
+        filled = []
+        for segment in self.segments:
+            text, spans, last = [], {}, 0
+            length = 0
+            for match in _SLOT.finditer(segment):
+                literal = segment[last : match.start()]
+                text.append(literal)
+                length += len(literal)
+                value = values[match.group(1)]
+                spans[match.group(1)] = (length, length + len(value))
+                text.append(value)
+                length += len(value)
+                last = match.end()
+            text.append(segment[last:])
+            filled.append(("".join(text), spans))
+        return filled
+
+    @property
+    def document_segment(self) -> int:
+        return next(i for i, segment in enumerate(self.segments) if "{document}" in segment)
+
+
+QWEN3_RERANKER = RerankTemplate(
+    segments=(
+        "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
+        'provided. Note that the answer can only be "yes" or "no".<|im_end|>\n<|im_start|>user\n',
+        "<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}",
+        "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+    ),
+    labels=("no", "yes"),
+    instruction="Given a web search query, retrieve relevant passages that answer the query",
+)
+
+BGE_RERANKER_GEMMA = RerankTemplate(
+    segments=("A: {query}", "\n", "B: {document}", "\n", "{instruction}"),
+    labels=("Yes",),
+    instruction=(
+        "Given a query A and a passage B, determine whether the passage contains an answer to the query by "
+        "providing a prediction of either 'Yes' or 'No'."
+    ),
+    bos=True,
+)
+
+PRESETS = {"qwen3-reranker": QWEN3_RERANKER, "bge-reranker-v2-gemma": BGE_RERANKER_GEMMA}
+# The preset a model of this config ``model_type`` gets when no template is given.
+PRESET_OF_MODEL_TYPE = {"qwen3": "qwen3-reranker", "gemma": "bge-reranker-v2-gemma"}
+
+
+def parse_template(raw: Any, where: str) -> RerankTemplate:
+    """A template from its JSON form (the fields of :class:`RerankTemplate`), or a ValueError naming ``where``."""
+    known = {"segments", "labels", "instruction", "bos"}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: a reranker template is a JSON object with segments and labels.")
+    if unknown := sorted(set(raw) - known):
+        raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)}; a template has {', '.join(sorted(known))}.")
+    segments, labels = raw.get("segments"), raw.get("labels")
+    if not isinstance(segments, list) or not isinstance(labels, list) or not _strings(segments + labels):
+        raise ValueError(f"{where}: segments and labels must be non-empty lists of strings.")
+    instruction, bos = raw.get("instruction", ""), raw.get("bos", False)
+    if not isinstance(instruction, str) or not isinstance(bos, bool):
+        raise ValueError(f"{where}: instruction must be a string and bos true or false.")
+    try:
+        return RerankTemplate(tuple(segments), tuple(labels), instruction, bos)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _strings(values: list[Any]) -> bool:
+    return bool(values) and all(isinstance(item, str) for item in values)
+
+
+def resolve_template(given: str | None, beside_weights: Any, model_type: str | None, name: str) -> RerankTemplate:
+    """The template of a model: ``given`` (preset name or JSON file), else the file beside the weights (its
+    parsed JSON, or None), else the preset of ``model_type``."""
+    if given is not None:
+        if given in PRESETS:
+            return PRESETS[given]
+        path = Path(given)
+        if not path.is_file():
+            raise ValueError(f"Reranker template {given!r} is neither a preset ({', '.join(PRESETS)}) nor a JSON file.")
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"Reranker template {given!r} could not be read: {exc}") from None
+        return parse_template(raw, f"Reranker template {given!r}")
+    if beside_weights is not None:
+        return parse_template(beside_weights, f"{TEMPLATE_FILE} of model {name!r}")
+    if model_type in PRESET_OF_MODEL_TYPE:
+        return PRESETS[PRESET_OF_MODEL_TYPE[model_type]]
+    raise ValueError(
+        f"Model {name!r} (model_type {model_type!r}) has no {TEMPLATE_FILE} and no preset: give one with "
+        f"--reranker-template ({', '.join(PRESETS)}, or a JSON file; see docs/models.md)."
+    )
