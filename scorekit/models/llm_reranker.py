@@ -136,17 +136,15 @@ class LLMRerankerBackend:
             offsets: list[tuple[int, int]] = []
             for text, slots in segments:
                 encoding = encodings[text]
+                places = encoding.offsets  # a fresh list on every read of the attribute: read it once
                 for slot in ("query", "document"):
                     if slot in slots:
                         low, high = slots[slot]
-                        inside = [i for i, (s, e) in enumerate(encoding.offsets) if s < high and e > low]
+                        inside = [i for i, (start, end) in enumerate(places) if start < high and end > low]
                         first = inside[0] if inside else 0
                         spans[slot] = (len(ids) + first, len(ids) + first + len(inside))
                         if slot == "document":
-                            offsets = [
-                                (max(encoding.offsets[i][0] - low, 0), min(encoding.offsets[i][1], high) - low)
-                                for i in inside
-                            ]
+                            offsets = [(max(places[i][0] - low, 0), min(places[i][1], high) - low) for i in inside]
                 ids += encoding.ids
             prompts.append(_Prompt(ids, spans["document"], spans["query"], offsets))
         return prompts

@@ -158,7 +158,7 @@ def test_help_lists_choices_examples_and_real_defaults(capsys: pytest.CaptureFix
     text = capsys.readouterr().out
     assert "default: None" not in text
     assert "{auto,float32,float16,bfloat16}" in text
-    assert "{cross-encoder,bi-encoder,causal-lm}" in text
+    assert "{cross-encoder,bi-encoder,causal-lm,llm-reranker}" in text
     assert "cpu, cuda or cuda:N" in text
     assert "examples:" in text and text.count("scorekit serve ") >= 4
     assert "SCOREKIT_MAX_BATCH_SIZE" in text and "[MODEL]" in text

@@ -39,7 +39,7 @@ def test_cohere_client_v2_rerank(minilm: Live) -> None:
 
 
 def test_cohere_client_v1_rerank(minilm: Live) -> None:
-    """The v1 client calls /v1/rerank (an alias); it sends max_chunks_per_doc, which scorekit ignores."""
+    """The v1 client calls /v1/rerank (an alias)."""
     client = cohere.Client(base_url=minilm.url, api_key="x", timeout=60)
     response = client.rerank(
         model="sentence-transformers/all-MiniLM-L6-v2", query="capital of the USA", documents=DOCS, top_n=2

@@ -165,7 +165,7 @@ def test_invalid_json_and_wrong_content_type_are_400(minilm: Live) -> None:
 
 
 def test_unknown_fields_are_ignored_and_unknown_models_are_404(minilm: Live) -> None:
-    status, _ = minilm.json("POST", "/rerank", {"query": QUERY, "documents": DOCS, "max_chunks_per_doc": 3})
+    status, _ = minilm.json("POST", "/rerank", {"query": QUERY, "documents": DOCS, "rank_fields": ["text"]})
     assert status == 200
     status, body = minilm.json("POST", "/rerank", {"query": QUERY, "documents": DOCS, "model": "nope"})
     assert status == 404 and body["error"]["param"] == "model"

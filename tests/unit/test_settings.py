@@ -26,7 +26,10 @@ def test_engine_counts_are_whole_and_positive(name: str, value: Any) -> None:
         ({"shutdown_timeout": -1.0}, "Settings.shutdown_timeout must be a number of seconds, 0 or more, not -1.0"),
         ({"shutdown_timeout": float("nan")}, "Settings.shutdown_timeout must be a number of seconds, 0 or more"),
         ({"header_timeout": 0}, "Settings.header_timeout must be a number of seconds, more than 0, not 0"),
-        ({"kind": "reranker"}, "Settings.kind must be one of cross-encoder, bi-encoder, causal-lm or None"),
+        (
+            {"kind": "reranker"},
+            "Settings.kind must be one of cross-encoder, bi-encoder, causal-lm, llm-reranker or None",
+        ),
         ({"max_model_len": 0}, "Settings.max_model_len must be a whole number, at least 1, not 0"),
         ({"models": (ModelSpec(),), "trust_remote_code": True}, "Settings.models replaces model, served_model_name"),
     ],
