@@ -25,7 +25,7 @@ from bench.driver import write_spec
 from bench.profiles import FULL, SMOKE, Profile
 from bench.servers import ROOT, Server, running, spawn_scorekit, spawn_uvicorn
 
-SCENARIOS = ("efficiency", "batching", "disconnect", "fairness", "overhead", "growth")
+SCENARIOS = ("efficiency", "batching", "disconnect", "fairness", "overhead", "growth", "llm_reranker")
 MODEL_SCENARIOS = {"efficiency", "batching", "disconnect", "fairness", "growth"}
 
 

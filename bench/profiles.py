@@ -35,12 +35,16 @@ class Profile:
     fairness_small_batch_tokens: int | None = 512
     growth_sizes: tuple[int, ...] = (10, 100, 1000, 10_000)
     fresh_growth_server: bool = True
+    llm_prefix_sizes: tuple[int, int] = (16, 128)  # documents of the 1 x N requests the shared prefix is timed on
+    llm_raw_batches: tuple[int, ...] = (1, 2, 4, 8)  # requests' prompts per raw forward, the best one counts
 
 
 FULL = Profile(name="full")
 
 SMOKE = Profile(
     name="smoke",
+    llm_prefix_sizes=(4, 8),
+    llm_raw_batches=(1, 2),
     scorekit_args=("--max-batch-size", "16"),  # short batches: the disconnect and fairness phases end fast
     docs_per_request=4,
     concurrencies=(1, 8),

@@ -105,6 +105,27 @@ TARGETS = (
         lambda r: r["memory_growth_ratio"],
         lambda v: v <= 1.5,
     ),
+    Target(
+        "llm_reranker",
+        "LLM reranker c=8: server / raw forward",
+        ">= 0.90",
+        lambda r: r["ratio"],
+        lambda v: v >= 0.9,
+    ),
+    Target(
+        "llm_reranker",
+        "shared prefix speed-up, 1 x 16 docs",
+        "(info)",
+        lambda r: r["prefix_speedup_small"],
+        lambda v: True,
+    ),
+    Target(
+        "llm_reranker",
+        "shared prefix speed-up, 1 x 128 docs",
+        "(info)",
+        lambda r: r["prefix_speedup_large"],
+        lambda v: True,
+    ),
 )
 
 

@@ -28,6 +28,10 @@ EXPECTED: dict[str, tuple[set[str], set[str]]] = {
     "disconnect": ({"trials", "wasted_items", "batch_items", "ratio"}, {"batch_items"}),
     "fairness": ({"default", "ratio"}, {"ratio"}),
     "growth": ({"points", "time_per_doc_ratio", "memory_growth_ratio"}, {"time_per_doc_ratio"}),
+    "llm_reranker": (
+        {"raw", "server_items_per_cpu_s", "ratio", "prefix"},
+        {"ratio", "prefix_speedup_small", "prefix_speedup_large"},
+    ),
 }
 
 

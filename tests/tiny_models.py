@@ -5,6 +5,7 @@ They score nonsense, but every layer runs, and the fixed seed makes them the sam
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -87,41 +88,52 @@ _SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<|im_start|>", "<|im_end|>", "<th
 RERANKER_MAX_POSITIONS = 256
 
 
-def build_bpe_tokenizer(folder: Path) -> Path:
+def build_bpe_tokenizer(
+    folder: Path, corpus: Sequence[str] = (), max_length: int = RERANKER_MAX_POSITIONS, vocab_size: int = 600
+) -> Path:
     """A byte-level BPE tokenizer as Qwen's and Gemma's are (special tokens atomic, words with their leading
-    space), trained here on a few sentences: a few hundred ids."""
+    space), trained here on the prompts' sentences and ``corpus``: a few hundred ids."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=600, special_tokens=_SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=vocab_size, special_tokens=_SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
-    for word in ("yes", "no", "Yes", "No"):
-        _BPE_CORPUS.extend([word] * 20)  # a label must be one token, as it is in the real vocabularies
-    tokenizer.train_from_iterator(_BPE_CORPUS, trainer)
+    labels = ["yes", "no", "Yes", "No"] * 20  # a label must be one token, as it is in the real vocabularies
+    tokenizer.train_from_iterator([*_BPE_CORPUS, *labels, *corpus], trainer)
     PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         bos_token="<bos>",
         eos_token="<eos>",
         pad_token="<pad>",
-        model_max_length=RERANKER_MAX_POSITIONS,
+        model_max_length=max_length,
     ).save_pretrained(folder)
     return folder
 
 
-def build_qwen3_reranker(folder: Path) -> Path:
-    """A two-layer Qwen3 causal LM (model_type qwen3: the Qwen3-Reranker preset) with the BPE tokenizer."""
+def build_qwen3_reranker(
+    folder: Path,
+    *,
+    hidden_size: int = 32,
+    layers: int = 2,
+    corpus: Sequence[str] = (),
+    max_length: int = RERANKER_MAX_POSITIONS,
+    vocab_size: int = 600,
+) -> Path:
+    """A Qwen3 causal LM (model_type qwen3: the Qwen3-Reranker preset) with the BPE tokenizer, trained also on
+    ``corpus``; heads of 16 dimensions. Two layers of width 32 unless asked (the benchmark builds a bigger one)."""
     torch.manual_seed(0)
-    vocab = len(AutoTokenizer.from_pretrained(build_bpe_tokenizer(folder)))
+    vocab = len(AutoTokenizer.from_pretrained(build_bpe_tokenizer(folder, corpus, max_length, vocab_size)))
+    heads = hidden_size // 16
     config = Qwen3Config(
         vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(heads // 2, 1),
         head_dim=16,
-        max_position_embeddings=RERANKER_MAX_POSITIONS,
+        max_position_embeddings=max_length,
         pad_token_id=0,
         initializer_range=INIT_RANGE,
     )

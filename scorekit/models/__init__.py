@@ -130,7 +130,7 @@ def load_backend(
             )
         backend.max_length = max_model_len
     logger.info(
-        "loaded %s as a %s on %s in %s in %.1f s; inputs up to %d tokens",
+        "loaded %s (%s) on %s in %s in %.1f s; inputs up to %d tokens",
         model,
         backend.kind,
         torch_device,

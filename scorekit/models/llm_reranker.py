@@ -10,6 +10,7 @@ with a plain forward of each prompt to float rounding.
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,8 @@ from .loading import (
 from .pairs import Pairing, sigmoid
 from .rerank_template import TEMPLATE_FILE, resolve_template
 from .windows import Layout, token_windows
+
+logger = logging.getLogger("scorekit.models")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +68,8 @@ class LLMRerankerBackend:
         # transformers renamed past_key_values to cache; a model's own code may still take the old name.
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
         model_type = getattr(model.config, "model_type", None)
-        self.template = resolve_template(template, source.read_json(TEMPLATE_FILE), model_type, name)
+        self.template, origin = resolve_template(template, source.read_json(TEMPLATE_FILE), model_type, name)
+        logger.info("reranker template of %s: %s; labels %s", name, origin, " and ".join(self.template.labels))
         self._labels = tuple(_token_id(tokenizer, label, name) for label in self.template.labels)
         if self.template.bos and tokenizer.bos_token_id is None:
             raise ValueError(f"Model {name!r}: its reranker template starts with BOS, but the tokenizer has none.")

@@ -125,24 +125,29 @@ def _strings(values: list[Any]) -> bool:
     return bool(values) and all(isinstance(item, str) for item in values)
 
 
-def resolve_template(given: str | None, beside_weights: Any, model_type: str | None, name: str) -> RerankTemplate:
-    """The template of a model: ``given`` (preset name or JSON file), else the file beside the weights (its
-    parsed JSON, or None), else the preset of ``model_type``."""
+def resolve_template(
+    given: str | None, beside_weights: Any, model_type: str | None, name: str
+) -> tuple[RerankTemplate, str]:
+    """The template of a model and where it came from (for the start-up log): ``given`` (a preset name or a
+    JSON file), else the file beside the weights (its parsed JSON, or None), else the preset of ``model_type``."""
     if given is not None:
         if given in PRESETS:
-            return PRESETS[given]
+            return PRESETS[given], f"preset {given}"
         path = Path(given)
         if not path.is_file():
-            raise ValueError(f"Reranker template {given!r} is neither a preset ({', '.join(PRESETS)}) nor a JSON file.")
+            raise ValueError(
+                f"Reranker template {given!r} is neither a preset ({', '.join(PRESETS)}) nor a JSON file."
+            )
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ValueError(f"Reranker template {given!r} could not be read: {exc}") from None
-        return parse_template(raw, f"Reranker template {given!r}")
+        return parse_template(raw, f"Reranker template {given!r}"), f"file {given}"
     if beside_weights is not None:
-        return parse_template(beside_weights, f"{TEMPLATE_FILE} of model {name!r}")
+        return parse_template(beside_weights, f"{TEMPLATE_FILE} of model {name!r}"), f"the model's {TEMPLATE_FILE}"
     if model_type in PRESET_OF_MODEL_TYPE:
-        return PRESETS[PRESET_OF_MODEL_TYPE[model_type]]
+        preset = PRESET_OF_MODEL_TYPE[model_type]
+        return PRESETS[preset], f"preset {preset} (model_type {model_type})"
     raise ValueError(
         f"Model {name!r} (model_type {model_type!r}) has no {TEMPLATE_FILE} and no preset: give one with "
         f"--reranker-template ({', '.join(PRESETS)}, or a JSON file; see docs/models.md)."

@@ -30,7 +30,7 @@ def test_serve_logs_in_one_format_with_the_start_up_facts(tmp_path: Path, cross_
     text = "\n".join(lines)
     assert "Loading weights" not in text and "LOAD REPORT" not in text
     loaded = re.search(
-        r"scorekit\.models: loaded (.+) as a cross-encoder on cpu in float32 in [\d.]+ s; inputs up to "
+        r"scorekit\.models: loaded (.+) \(cross-encoder\) on cpu in float32 in [\d.]+ s; inputs up to "
         r"128 tokens$",
         text,
         re.MULTILINE,
@@ -89,6 +89,6 @@ def test_embedded_start_up_lines_show_without_a_logging_config(tmp_path: Path, c
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
     text = log.read_text()
-    assert re.search(r"INFO scorekit\.models: loaded .+ as a cross-encoder on cpu in float32", text), text
+    assert re.search(r"INFO scorekit\.models: loaded .+ \(cross-encoder\) on cpu in float32", text), text
     assert re.search(r"INFO scorekit\.app: scorekit 0\.1\.0 serving .+ \(cross-encoder", text), text
     assert "Loading weights" not in text

@@ -30,5 +30,5 @@ def test_serve_two_models_by_name(tmp_path: Path, cross_encoder_dir: Path) -> No
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 0
     text = log.read_text()
-    assert text.count("as a cross-encoder on cpu") == 2
+    assert text.count("(cross-encoder) on cpu") == 2
     assert "as 'first'" in text and f"as {str(cross_encoder_dir)!r}" in text
