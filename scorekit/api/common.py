@@ -109,7 +109,8 @@ def pair_options(body: ScoreRequest | RerankRequest, settings: Settings) -> Pair
         chunking = Chunking(None, settings.chunk_overlap)
     if body.return_chunks and chunking is None:
         raise bad_request(
-            "return_chunks says which window of a chunked document won: give max_chunks_per_doc too.",
+            "return_chunks says which window of a chunked document won, and this request is not chunked: give "
+            "max_chunks_per_doc (or start the server with --long-documents chunk).",
             "return_chunks",
         )
     return PairOptions(

@@ -135,9 +135,7 @@ def resolve_template(
             return PRESETS[given], f"preset {given}"
         path = Path(given)
         if not path.is_file():
-            raise ValueError(
-                f"Reranker template {given!r} is neither a preset ({', '.join(PRESETS)}) nor a JSON file."
-            )
+            raise ValueError(f"Reranker template {given!r} is neither a preset ({', '.join(PRESETS)}) nor a JSON file.")
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
