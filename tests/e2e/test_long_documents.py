@@ -208,3 +208,28 @@ def test_a_bi_encoder_refuses_chunking(minilm: Live) -> None:
     assert status == 400, body
     assert body["error"]["param"] == "max_chunks_per_doc"
     assert "truncate_prompt_tokens" in body["error"]["message"]
+
+
+def test_a_short_request_is_not_starved_by_a_long_documents_windows(
+    llm: tuple[ScorekitApp, Live, Reference],
+) -> None:
+    """Windows are queued work like any other: a one-document request sent while ~650 windows wait is
+    answered before they have all run."""
+    app, live, _ = llm
+    assert app.engine is not None
+    worker = app.engine.worker.stats
+    documents = [long_document(12_000, seed) for seed in range(4)]
+    raw = json.dumps({"query": QUERY, "documents": documents}).encode()
+    head = http_head("POST", "/rerank", {"Content-Type": "application/json", "Content-Length": str(len(raw))})
+    before = worker.items
+    sock = live.connect()
+    try:
+        sock.sendall(head + raw)
+        assert wait_for(lambda: worker.items > before, timeout=60), "no window ever ran"
+        status, body = live.json("POST", "/rerank", {"query": QUERY, "documents": ["Paris"]})
+        ran = worker.items - before
+        assert status == 200, body
+        assert ran < 600, f"the short request waited for {ran} windows"
+    finally:
+        sock.close()
+    assert live.wait_load(0, timeout=10) == 0
