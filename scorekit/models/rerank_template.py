@@ -47,33 +47,29 @@ class RerankTemplate:
         if len(self.labels) not in (1, 2) or not all(self.labels):
             raise ValueError('A reranker template needs one label ("Yes") or two ("no", "yes"), each a token.')
 
-    def fill(self, query: str, document: str, instruction: str | None) -> list[tuple[str, dict[str, tuple[int, int]]]]:
-        """Each segment's text, and where each slot's value sits in it (character spans)."""
+    def fill(self, query: str, document: str, instruction: str | None) -> list[Filled]:
+        """Each segment's text, and where each slot's value sits in it."""
         values = {
             "query": query,
             "document": document,
             "instruction": self.instruction if instruction is None else instruction,
         }
-        filled = []
-        for segment in self.segments:
-            text, spans, last = [], {}, 0
-            length = 0
-            for match in _SLOT.finditer(segment):
-                literal = segment[last : match.start()]
-                text.append(literal)
-                length += len(literal)
-                value = values[match.group(1)]
-                spans[match.group(1)] = (length, length + len(value))
-                text.append(value)
-                length += len(value)
-                last = match.end()
-            text.append(segment[last:])
-            filled.append(("".join(text), spans))
-        return filled
+        return [_fill(segment, values) for segment in self.segments]
 
-    @property
-    def document_segment(self) -> int:
-        return next(i for i, segment in enumerate(self.segments) if "{document}" in segment)
+
+# A filled segment's text, and the character span of each slot's value in it.
+Filled = tuple[str, dict[str, tuple[int, int]]]
+
+
+def _fill(segment: str, values: dict[str, str]) -> Filled:
+    parts, spans, length = [], {}, 0
+    for place, piece in enumerate(_SLOT.split(segment)):  # literal, slot name, literal, ...
+        text = values[piece] if place % 2 else piece
+        if place % 2:
+            spans[piece] = (length, length + len(text))
+        parts.append(text)
+        length += len(text)
+    return "".join(parts), spans
 
 
 QWEN3_RERANKER = RerankTemplate(
