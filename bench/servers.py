@@ -106,7 +106,8 @@ def spawn_uvicorn(
     """``uvicorn <factory> --factory`` with the same settings for every app compared."""
     port = free_port()
     command = [sys.executable, "-m", "uvicorn", factory, "--factory", "--host", HOST, "--port", str(port)]
-    command += ["--log-level", "warning", "--no-access-log", "--lifespan", "off"]
+    # asyncio and h11 as `scorekit serve` runs, so every app compared parses HTTP alike whatever is installed.
+    command += ["--log-level", "warning", "--no-access-log", "--lifespan", "off", "--loop", "asyncio", "--http", "h11"]
     return _spawn(name, command, log_dir, ready_path, child_env(env))
 
 

@@ -187,7 +187,16 @@ def serve(app: ASGIApp, server: str = "uvicorn", *, lifespan: bool = True) -> It
 
 @contextlib.contextmanager
 def _uvicorn(app: ASGIApp, port: int, lifespan: bool) -> Iterator[None]:
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on" if lifespan else "off", log_level="warning")
+    # As `scorekit serve` runs it (scorekit/serving.py): asyncio and h11, even where uvloop and httptools are installed.
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        lifespan="on" if lifespan else "off",
+        log_level="warning",
+        loop="asyncio",
+        http="h11",
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
     thread.start()
