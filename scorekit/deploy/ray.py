@@ -23,6 +23,8 @@ from scorekit.settings import Settings
 
 logger = logging.getLogger("scorekit.deploy")
 
+STOP_MARGIN = 15.0  # seconds for Serve's own stop beyond the replicas' drain (the shutdown timeout)
+
 
 class ScorekitReplica:
     """The deployment's class; ``serve.ingress`` adds the ASGI app (as ``self.app``) and Ray's plumbing."""
@@ -70,13 +72,33 @@ def run(settings: Settings, options: RayOptions, *, host: str, port: int, addres
         serve.run(application(settings, options), name=options.name, route_prefix="/")
         logger.info("serving on http://%s:%d through Ray Serve (%s)", host, port, _replicas(options))
         _wait_for_signal()
-        logger.info("stopping: deleting the Ray Serve application %r", options.name)
-        serve.delete(options.name)
-        if local:
-            serve.shutdown()
+        _stop(options.name, local=local, timeout=settings.shutdown_timeout + STOP_MARGIN)
     finally:
-        ray.shutdown()
+        ray.shutdown()  # a local instance: its processes are stopped too
     return 0
+
+
+def _stop(name: str, *, local: bool, timeout: float) -> None:
+    """Stop Serve (local) or delete the application (cluster), waiting at most ``timeout`` seconds.
+
+    Ray gives each replica up to ``graceful_shutdown_timeout_s`` (the shutdown timeout) for the requests it
+    holds. The wait is bounded because a signal sent to the whole process group (systemd's default) also
+    stops the local raylet, and Serve then waits for replicas that can no longer answer."""
+    done = threading.Event()
+
+    def stop() -> None:
+        try:
+            if local:
+                serve.shutdown()
+            else:
+                serve.delete(name)
+        finally:
+            done.set()
+
+    logger.info("stopping: %s", "shutting Ray Serve down" if local else f"deleting the application {name!r}")
+    threading.Thread(target=stop, name="ray-serve-stop", daemon=True).start()
+    if not done.wait(timeout):
+        logger.warning("Ray Serve did not stop within %g s; stopping Ray regardless", timeout)
 
 
 def _replicas(options: RayOptions) -> str:
