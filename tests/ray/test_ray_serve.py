@@ -149,19 +149,23 @@ class Counts:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     temp_dir = tempfile.mkdtemp(prefix="ray-")  # short: Ray's socket paths live under it
-    ray.init(
-        address="local",
-        num_cpus=REPLICAS,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        _temp_dir=temp_dir,
-        # The replicas import scorekit from this checkout, whatever the environment has installed.
-        runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}},
-        log_to_driver=False,
-    )
     port, probe = free_port(), free_port()
+    for _ in range(10):  # the probe ports are probe, probe + 1, ...: not the proxy's
+        if port not in range(probe, probe + REPLICAS):
+            break
+        probe = free_port()
     cluster = Cluster(Live("127.0.0.1", port), [Live("127.0.0.1", probe + i) for i in range(REPLICAS)], temp_dir)
     try:
+        ray.init(
+            address="local",
+            num_cpus=REPLICAS,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            _temp_dir=temp_dir,
+            # The replicas import scorekit from this checkout, whatever the environment has installed.
+            runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}},
+            log_to_driver=False,
+        )
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         # Small batches, so that a large rerank spans many of them and a disconnect has work left to drop.
         settings = Settings(engine=EngineConfig(max_batch_size=16, max_batch_tokens=4096))
