@@ -28,8 +28,10 @@ import pytest
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
 serve = pytest.importorskip("ray.serve")
 
+from scorekit.app import create_app  # noqa: E402
 from scorekit.deploy.options import RayOptions  # noqa: E402
-from scorekit.deploy.ray import application  # noqa: E402
+from scorekit.deploy.ray import ScorekitReplica, application  # noqa: E402
+from scorekit.deploy.replica import ReplicaApp  # noqa: E402
 from scorekit.settings import EngineConfig, Settings  # noqa: E402
 from tests.live import Live, free_port, wait_for  # noqa: E402
 
@@ -215,6 +217,20 @@ def test_requests_spread_over_both_replicas(cluster: Cluster) -> None:
     after = [metric(live, "scorekit_requests_total", route="/rerank", status="200") for live in cluster.probes]
     served = [b - a for a, b in zip(before, after, strict=True)]
     assert sum(served) == 12 and min(served) > 0, f"requests per replica: {served}"
+
+
+def test_ray_reports_both_replicas_running_and_healthy(cluster: Cluster) -> None:
+    """Ray's periodic health checks call ScorekitReplica.check_health; a replica that failed one would not be
+    RUNNING here."""
+    deployment = serve.status().applications["scorekit"].deployments["scorekit"]
+    assert (deployment.status, dict(deployment.replica_states)) == ("HEALTHY", {"RUNNING": REPLICAS})
+
+
+def test_check_health_fails_while_a_model_is_not_loaded() -> None:
+    replica = ScorekitReplica()
+    replica.app = ReplicaApp(create_app(Settings()))  # what serve.ingress sets; its lifespan has not run
+    with pytest.raises(RuntimeError, match="is not loaded"):
+        replica.check_health()
 
 
 def test_a_client_that_leaves_at_the_proxy_drops_its_work_on_the_replica(cluster: Cluster) -> None:
