@@ -2,6 +2,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
+# The optional extras `make install` adds; EXTRAS=test,bench,ray adds Ray Serve (scorekit serve --ray), as CI does.
+EXTRAS ?= test,bench
 
 .PHONY: install serve test lint typecheck unit bench bench-smoke mutants
 
@@ -10,7 +12,7 @@ install:
 	$(PY) -m pip install --upgrade pip
 	# torch first and pinned: the CPU wheel on disk; an unpinned torch pulls a multi-GB CUDA build.
 	$(PY) -m pip install torch==2.13.0
-	$(PY) -m pip install -e '.[test,bench]'
+	$(PY) -m pip install -e '.[$(EXTRAS)]'
 
 serve:
 	$(VENV)/bin/scorekit serve $(ARGS)

@@ -12,8 +12,8 @@ app that mounts scorekit (Starlette and FastAPI do not run a mounted app's lifes
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 
 import anyio.to_thread
 from starlette.middleware import Middleware
@@ -92,7 +92,7 @@ class ScorekitApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await self._serve_lifespan(receive, send)
+            await serve_lifespan(self.lifespan, receive, send)
         else:
             await self._stack(scope, receive, send)
 
@@ -157,20 +157,25 @@ class ScorekitApp:
                 batcher = engine.batcher
                 yield ModelGauge(served.name, batcher.queued, batcher.queued_tokens, engine.active_requests)
 
-    async def _serve_lifespan(self, receive: Receive, send: Send) -> None:
-        await receive()  # lifespan.startup
-        started = False
-        try:
-            async with self.lifespan():
-                started = True
-                await send({"type": "lifespan.startup.complete"})
-                await receive()  # lifespan.shutdown
-        except Exception as exc:
-            logger.exception("lifespan failed")
-            phase = "shutdown" if started else "startup"
-            await send({"type": f"lifespan.{phase}.failed", "message": f"{type(exc).__name__}: {exc}"})
-            return
-        await send({"type": "lifespan.shutdown.complete"})
+
+async def serve_lifespan(
+    lifespan: Callable[[], AbstractAsyncContextManager[None]], receive: Receive, send: Send
+) -> None:
+    """Answer an ASGI server's lifespan messages with ``lifespan`` (startup on entry, shutdown on exit); a
+    failure is the server's ``lifespan.*.failed`` with one line, and logged with its traceback."""
+    await receive()  # lifespan.startup
+    started = False
+    try:
+        async with lifespan():
+            started = True
+            await send({"type": "lifespan.startup.complete"})
+            await receive()  # lifespan.shutdown
+    except Exception as exc:
+        logger.exception("lifespan failed")
+        phase = "shutdown" if started else "startup"
+        await send({"type": f"lifespan.{phase}.failed", "message": f"{type(exc).__name__}: {exc}"})
+        return
+    await send({"type": "lifespan.shutdown.complete"})
 
 
 def create_app(

@@ -8,10 +8,12 @@ the model libraries load only once the flags are good. Every start-up error is o
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging.config
 import math
 import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,11 +26,13 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from scorekit import __version__
 from scorekit.choices import DTYPES, device_error, local_model
 from scorekit.connections import bind_listener
+from scorekit.deploy.options import Autoscaling, RayOptions, max_ongoing_requests, target_ongoing_requests
 from scorekit.logs import process_config, route_transformers
 from scorekit.settings import LONG_DOCUMENTS, MODEL_KINDS, EngineConfig, ModelSpec, Settings
 
 _ENGINE = EngineConfig()
 _SETTINGS = Settings()
+_RAY = RayOptions()
 _LOG_LEVELS = ("debug", "info", "warning")
 _EXAMPLES = """\
 examples:
@@ -37,6 +41,8 @@ examples:
   scorekit serve BAAI/bge-reranker-base --device cuda --dtype float16
   SCOREKIT_MAX_BATCH_TOKENS=8192 scorekit serve ./my-lm --model-kind causal-lm --served-model-name judge
   scorekit serve --model ./my-reranker --model minilm=./all-MiniLM-L6-v2   two models; `model` picks one
+  scorekit serve --ray --replicas 2                two replicas on a local Ray Serve instance (the ray extra)
+  scorekit serve --ray --ray-address auto --device cuda --num-gpus 1 --min-replicas 1 --max-replicas 8
 """
 
 
@@ -106,6 +112,17 @@ def _switch(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected 1/true/yes/on or 0/false/no/off, not {text!r}")
 
 
+def _amount(text: str) -> float:
+    """A finite number, 0 or more (a share of CPUs or GPUs)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number, 0 or more, not {text!r}")
+    return value
+
+
 def _key_file(text: str) -> tuple[str, ...]:
     """The API keys in file ``text``: one a line, blank lines and ``#`` comments skipped."""
     try:
@@ -156,7 +173,7 @@ class _Flag:
     def env(self) -> str:
         return "SCOREKIT_" + self.dest.upper()
 
-    def add_to(self, parser: argparse.ArgumentParser) -> None:
+    def add_to(self, parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
         # The default stays None here: a flag left off the command line then reads its variable (see _fill).
         default = self.shown or (f"{self.default:g}" if isinstance(self.default, float) else self.default)
         help = f"{self.text} (env {self.env}; default: {default})"
@@ -335,7 +352,57 @@ _FLAGS = (
     _Flag("allow-credentials", _switch, _SETTINGS.allow_credentials, "CORS: allow credentials", "off"),
     _Flag("log-level", str, "info", "debug logs one line per batch", choices=_LOG_LEVELS),
     _Flag("debug", _switch, False, "Show the traceback of a start-up error, not just its message", "off"),
+    _Flag(
+        "ray",
+        _switch,
+        False,
+        "Serve through Ray Serve (pip install 'scorekit[ray]'): replicas of this server behind Ray's HTTP proxy,"
+        " which listens on --host and --port; see the Ray Serve flags below",
+        "off",
+    ),
 )
+
+# Only with --ray (docs/deployment.md). Their defaults come from RayOptions; None: sized from the engine limits.
+_RAY_FLAGS = (
+    _Flag("replicas", _whole(1), _RAY.replicas, "A fixed number of replicas", metavar="N"),
+    _Flag("min-replicas", _whole(0), None, "Autoscale from this many replicas (with --max-replicas)", "1", metavar="N"),
+    _Flag("max-replicas", _whole(1), None, "Autoscale up to this many replicas", "no autoscaling", metavar="N"),
+    _Flag(
+        "target-ongoing-requests",
+        _whole(1),
+        None,
+        "Requests in flight per replica that autoscaling aims at",
+        "a batch's worth, at most half of --max-ongoing-requests",
+        metavar="N",
+    ),
+    _Flag(
+        "max-ongoing-requests",
+        _whole(1),
+        None,
+        "Requests Ray sends one replica at once; Ray queues the rest",
+        "--max-concurrent-requests",
+        metavar="N",
+    ),
+    _Flag("num-gpus", _amount, _RAY.num_gpus, "GPUs per replica (with --device cuda)", metavar="N"),
+    _Flag("num-cpus", _amount, _RAY.num_cpus, "CPUs per replica", metavar="N"),
+    _Flag(
+        "ray-address",
+        _text,
+        None,
+        "The Ray cluster to join (auto: the one `ray start` runs here)",
+        "a local Ray instance, started and stopped with the server",
+        metavar="ADDRESS",
+    ),
+    _Flag(
+        "replica-probe-port",
+        _whole(1, 65535),
+        _RAY.probe_port,
+        "Each replica also serves /health, /load and /metrics on --host at this port plus its rank on its node",
+        "none",
+        metavar="PORT",
+    ),
+)
+_NOT_ON_RAY = ("limit-concurrency", "header-timeout")  # connection limits of scorekit's own server
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -352,6 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("positional_model", nargs="?", metavar="MODEL", type=_text, help="The same as --model")
     for flag in _FLAGS:
         flag.add_to(serve)
+    ray = serve.add_argument_group("Ray Serve (with --ray)")
+    for flag in _RAY_FLAGS:
+        flag.add_to(ray)
     return parser
 
 
@@ -383,10 +453,62 @@ def _fill(args: argparse.Namespace) -> None:
                 " (repeat --model to serve several)"
             )
         args.model = [given]
-    for flag in _FLAGS:
+    given_flags = {flag.name for flag in (*_FLAGS, *_RAY_FLAGS) if _given(args, flag)}
+    for flag in (*_FLAGS, *_RAY_FLAGS):
         if getattr(args, flag.dest) is None:
             setattr(args, flag.dest, flag.from_env())
     args.models = _model_specs(args)
+    args.ray_options = _ray_options(args, given_flags) if args.ray else None
+    if not args.ray and (ray_only := [f.name for f in _RAY_FLAGS if f.name in given_flags]):
+        raise _FlagError(f"--{ray_only[0]} applies to Ray Serve only: add --ray")
+
+
+def _given(args: argparse.Namespace, flag: _Flag) -> bool:
+    """Whether the flag is on the command line or its variable is set."""
+    return getattr(args, flag.dest) is not None or bool(os.environ.get(flag.env))
+
+
+def _ray_options(args: argparse.Namespace, given: set[str]) -> RayOptions:
+    """The --ray flags as RayOptions, with every combination Ray would refuse, or silently ignore, refused here."""
+    if importlib.util.find_spec("ray") is None:
+        raise _FlagError("--ray needs Ray Serve, which is not installed: pip install 'scorekit[ray]'")
+    if ignored := [name for name in _NOT_ON_RAY if name in given]:
+        raise _FlagError(f"--{ignored[0]} limits scorekit's own server; with --ray, Ray's proxy takes the connections")
+    if args.device.startswith("cuda:"):
+        raise _FlagError("--device cuda:N picks one GPU, but Ray gives each replica its own: use --device cuda")
+    if args.num_gpus > 0 and args.device != "cuda":
+        raise _FlagError("--num-gpus gives each replica a GPU: add --device cuda")
+    scaling = {"min-replicas", "target-ongoing-requests"} & given
+    if scaling and args.max_replicas is None:
+        raise _FlagError(f"--{sorted(scaling)[0]} autoscales: add --max-replicas")
+    if args.max_replicas is not None and "replicas" in given:
+        raise _FlagError("--replicas is a fixed count and --max-replicas autoscales: give one of them")
+    low = 1 if args.min_replicas is None else args.min_replicas
+    if args.max_replicas is not None and low > args.max_replicas:
+        raise _FlagError(f"--min-replicas ({low}) is above --max-replicas ({args.max_replicas})")
+    try:
+        autoscaling = None
+        if args.max_replicas is not None:
+            autoscaling = Autoscaling(low, args.max_replicas, args.target_ongoing_requests)
+        options = RayOptions(
+            replicas=args.replicas,
+            autoscaling=autoscaling,
+            num_gpus=args.num_gpus,
+            num_cpus=args.num_cpus,
+            max_ongoing_requests=args.max_ongoing_requests,
+            probe_host=args.host,
+            probe_port=args.replica_probe_port,
+        )
+    except ValueError as exc:
+        raise _FlagError(str(exc)) from None
+    settings = Settings(models=args.models)
+    target, cap = target_ongoing_requests(settings, options), max_ongoing_requests(settings, options)
+    if autoscaling is not None and target >= cap:
+        raise _FlagError(
+            f"--target-ongoing-requests ({target}) must be below --max-ongoing-requests"
+            f" ({cap}, by default --max-concurrent-requests)"
+        )
+    return options
 
 
 def _model_specs(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
@@ -474,6 +596,8 @@ def serve(args: argparse.Namespace) -> int:
 
     route_transformers(args.log_level)
     settings = settings_from(args)
+    if args.ray_options is not None:
+        return _serve_on_ray(args, settings, sock)
     try:
         backends = {spec.served_name: load_spec(spec) for spec in settings.served_models()}
         for name, backend in backends.items():
@@ -484,6 +608,23 @@ def serve(args: argparse.Namespace) -> int:
         _fail(exc, args.debug)
     app = create_app(settings, backends=backends)
     return run_server(app, host=args.host, port=args.port, log_level=args.log_level, log_config=config, sock=sock)
+
+
+def _serve_on_ray(args: argparse.Namespace, settings: Settings, sock: socket.socket) -> int:
+    """Deploy on Ray Serve, whose proxy listens on the port: the socket bound here only proved it free."""
+    sock.close()
+    if args.ray_address is None:
+        # Read when Ray is imported: a local instance keeps its node address on loopback, where Ray would
+        # otherwise take the machine's network address (for other nodes to join). Despite its name, on Linux too.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    from scorekit.deploy.ray import run
+
+    try:
+        return run(settings, args.ray_options, host=args.host, port=args.port, address=args.ray_address)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        _fail(exc, args.debug)
 
 
 def _fail(exc: Exception, debug: bool) -> NoReturn:

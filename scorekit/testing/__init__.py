@@ -1,4 +1,4 @@
-"""Property-test ASGI apps and middleware against scripted fakes of uvicorn, hypercorn and granian.
+"""Property-test ASGI apps and middleware against scripted fakes of uvicorn, hypercorn, granian and Ray Serve.
 
 The ASGI spec leaves room for servers to disagree about ``receive``: how a body is cut into messages,
 what two concurrent callers get, whether ``http.disconnect`` is repeated, and what ``receive()`` does

@@ -122,6 +122,7 @@ class Outcome:
     error: Exception | None = None
     hung: bool = False
     ticks: int = 0
+    cancelled: bool = False  # the server cancelled the request's task (Ray Serve does, on a client disconnect)
     tick_error: BaseException | None = None
     app: BehaviourApp | None = field(default=None, repr=False)
 
@@ -215,13 +216,14 @@ async def run_script(
         async with anyio.create_task_group() as group:
             group.start_soon(play_client, server, script)
             group.start_soon(clock)
-            with app_scope:
+            with app_scope, server.request_task():
                 try:
                     await app(scope, server.receive, server.send)
                     outcome.returned = True
                 except Exception as exc:
                     outcome.error = exc
             group.cancel_scope.cancel()
+    outcome.cancelled = server.request_cancelled
     if outcome.tick_error is not None:
         raise outcome.tick_error
     return outcome

@@ -1,8 +1,8 @@
 """What each server flavour builds around a request: its scope, and the body messages it delivers.
 
 Why apart from the fakes: the scope is half of what differs between servers (granian shares its
-``asgi`` and ``extensions`` dicts across requests, uvicorn has no ``extensions`` for HTTP, hypercorn
-speaks spec 2.1), and a test often needs just a scope, for example to call a middleware twice. The
+``asgi`` and ``extensions`` dicts across requests, uvicorn and Ray Serve have no ``extensions`` for HTTP,
+hypercorn speaks spec 2.1), and a test often needs just a scope, for example to call a middleware twice. The
 final-request spellings live here too, since every flavour delivers them the same way.
 """
 
@@ -13,10 +13,10 @@ from typing import Any, Literal
 
 from scorekit.asgi import Message, Scope
 
-Flavor = Literal["uvicorn", "hypercorn", "granian"]
-FLAVORS: tuple[Flavor, ...] = ("uvicorn", "hypercorn", "granian")
+Flavor = Literal["uvicorn", "hypercorn", "granian", "ray"]
+FLAVORS: tuple[Flavor, ...] = ("uvicorn", "hypercorn", "granian", "ray")
 
-SPEC_VERSIONS: dict[Flavor, str] = {"uvicorn": "2.3", "hypercorn": "2.1", "granian": "2.3"}
+SPEC_VERSIONS: dict[Flavor, str] = {"uvicorn": "2.3", "hypercorn": "2.1", "granian": "2.3", "ray": "2.3"}
 """The ASGI spec version each flavour's scope declares in ``scope["asgi"]["spec_version"]``."""
 
 HeaderItem = tuple[str | bytes, str | bytes]
@@ -75,6 +75,7 @@ def make_scope(
     uvicorn: a fresh ``asgi`` dict (spec 2.3), no ``extensions`` key for HTTP, ``state`` a shallow copy.
     hypercorn: spec 2.1, fresh ``extensions`` (empty for HTTP/1.1), ``state`` copied.
     granian: the **process-wide** ``asgi`` and ``extensions`` dicts (see :func:`granian_shared_dicts`).
+    ray: uvicorn's (Ray Serve's proxy runs uvicorn and hands its scope to the replica).
     """
     state_copy = dict(state) if state is not None else {}
     if flavor == "granian":
@@ -101,6 +102,6 @@ def make_scope(
     }
     if type == "http":
         scope["method"] = method.upper()
-    if flavor != "uvicorn" or type == "websocket":
+    if flavor not in ("uvicorn", "ray") or type == "websocket":
         scope["extensions"] = extensions
     return scope

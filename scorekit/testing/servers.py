@@ -1,11 +1,11 @@
-"""Scripted fake ASGI servers: three ``receive``/``send`` flavours and a client control API.
+"""Scripted fake ASGI servers: four ``receive``/``send`` flavours and a client control API.
 
 Why fakes at all: the ASGI spec leaves open what happens when two tasks call ``receive()`` at once, how a
 body is cut into messages, and what ``receive()`` returns once the response is complete. Real servers
 answer differently (see ``docs/testing.md`` and the lifecycle notes), and code that is correct on one can
 lose a body, hang, or double-count on another. Each fake reproduces one server's *observable* receive
 semantics, deterministically and in logical time, so a property test can run the same client script
-against all three and compare:
+against all four and compare:
 
 - :class:`UvicornServer` merges whatever body arrived into one message; ``http.disconnect`` is *sticky*
   (every call returns it and every waiter wakes); extra concurrent waiters get empty duplicate chunks;
@@ -17,6 +17,12 @@ against all three and compare:
   client's close) it first returns any unread body tail, then ``http.disconnect`` at once; waiters are
   served first-come. (Its scopes share the ``asgi``/``extensions`` dicts across requests: that part is
   :func:`scorekit.testing.scopes.make_scope`.)
+- :class:`RayServer` is a Ray Serve replica: one message per frame, first-come, from an ``asyncio.Queue``
+  that its fetch loop fills from Ray's HTTP proxy. A client disconnect does two things at once: the
+  proxy forwards ``http.disconnect`` and it **cancels the request's task** on the replica (the app is
+  cancelled from outside, not by anything it called). Once the disconnect is in, ``receive()`` answers
+  it at once on every later call, without yielding. The response's completion forwards a disconnect too,
+  without the cancel.
 
 The fakes use anyio primitives only, so they run under asyncio and trio. Where a real server behaves
 differently per event loop (an ``asyncio.Queue.get`` with an item waiting does not yield; a trio memory
@@ -32,7 +38,8 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import ClassVar
 
 import anyio
@@ -79,6 +86,9 @@ class FakeServer(ABC):
         self._expect_trailers = False
         self._disconnect_after_sends: int | None = None
         self._disconnect_on_complete = False
+        self._cancel_request_now: Callable[[], object] | None = None
+        self._request_cancel_asked = False
+        self.request_cancelled = False
 
     # -- client side ---------------------------------------------------------------------------------
 
@@ -126,6 +136,37 @@ class FakeServer(ABC):
         self._disconnect_on_complete = True
 
     # -- ASGI side -----------------------------------------------------------------------------------
+
+    @contextmanager
+    def request_task(self) -> Iterator[None]:
+        """Wrap the call of the app in this: the request's task, as the server runs it.
+
+        A server that cancels a request's task when its client leaves (Ray Serve) cancels it here: on
+        asyncio with ``task.cancel()``, as Ray does, so the app and any middleware get a native
+        cancellation that no cancel scope of theirs may swallow; on trio through a cancel scope. The
+        cancellation ends here, and :attr:`request_cancelled` says it did. Other flavours never cancel."""
+        task = asyncio.current_task() if _on_asyncio() else None
+        with anyio.CancelScope() as scope:
+            self._cancel_request_now = task.cancel if task is not None else scope.cancel
+            if self._request_cancel_asked:
+                self._cancel_request_now()
+            try:
+                yield
+            except asyncio.CancelledError:
+                if task is None or not self._request_cancel_asked or task.uncancel() > 0:
+                    raise  # not ours, or ours and another one too
+                self.request_cancelled = True
+            finally:
+                self._cancel_request_now = None
+        self.request_cancelled = self.request_cancelled or scope.cancelled_caught
+
+    def _cancel_request(self) -> None:
+        """Cancel the request's task from outside (see :meth:`request_task`), once."""
+        if self._request_cancel_asked:
+            return
+        self._request_cancel_asked = True
+        if self._cancel_request_now is not None:
+            self._cancel_request_now()
 
     async def receive(self) -> Message:
         """The server's ``receive``: audited, then the flavour's semantics."""
@@ -428,17 +469,80 @@ class GranianServer(_FirstComeServer):
         self._offer(message)
 
 
-_SERVER_CLASSES: dict[Flavor, type[FakeServer]] = {
+class RayServer(_FirstComeServer):
+    """A Ray Serve replica's receive, and its cancellation of the request's task on a client disconnect.
+
+    Mirrors ``ASGIReceiveProxy`` (``ray.serve._private.http_util``): a fetch loop puts each message the
+    proxy forwards into an ``asyncio.Queue``, one message per frame and the end of the body as its own, and
+    ``receive()`` takes them first-come (an item waiting is taken without yielding). The proxy forwards
+    ``http.disconnect`` once, when the client leaves or the response completes; after that, once the queue
+    is empty, every call answers it at once. When the client leaves before the response is complete, the
+    proxy also cancels the request, and the replica cancels the task running the app (``task.cancel()``):
+    :meth:`~FakeServer.request_task` stands for that task. ``cancel_on_disconnect=False`` is Ray's
+    per-request opt-out (the ``x-request-disconnect-disabled: ?1`` header): the disconnect is only
+    forwarded. Ray runs replicas on asyncio only; under trio the cancel goes through a cancel scope.
+    """
+
+    flavor: ClassVar[Flavor] = "ray"
+
+    def __init__(self, *, raise_on_send_after_disconnect: bool = False, cancel_on_disconnect: bool = True) -> None:
+        super().__init__(raise_on_send_after_disconnect=raise_on_send_after_disconnect)
+        self.cancel_on_disconnect = cancel_on_disconnect
+        self._disconnected = False
+
+    async def _receive(self) -> Message:
+        if self._queue:
+            return self._queue.popleft()
+        if self._disconnected:
+            return {"type": "http.disconnect"}
+        return await self._wait_for_message()
+
+    def _offer(self, message: Message) -> None:
+        if not self._disconnected:
+            self._queue.append(message)
+            self._hand_out()
+
+    def _forward_disconnect(self) -> None:
+        self._offer({"type": "http.disconnect"})
+        self._disconnected = True
+
+    def _on_chunk(self, body: bytes) -> None:
+        self._offer({"type": "http.request", "body": body, "more_body": True})
+
+    def _on_finish(self, *, omit_more_body: bool, omit_body: bool) -> None:
+        self._offer(final_request(omit_more_body=omit_more_body, omit_body=omit_body))
+
+    def _on_disconnect(self) -> None:
+        if self.cancel_on_disconnect and not self.response_complete:
+            self._cancel_request()
+        self._forward_disconnect()
+
+    def _on_response_complete(self) -> None:
+        self._forward_disconnect()
+
+    def _on_inject(self, message: Message) -> None:
+        self._offer(message)
+
+
+_SERVER_CLASSES: dict[Flavor, type[FakeServer]] = {  # Ray's takes one more option: see make_server
     "uvicorn": UvicornServer,
     "hypercorn": HypercornServer,
     "granian": GranianServer,
 }
 
 
-def make_server(flavor: Flavor, *, raise_on_send_after_disconnect: bool = False) -> FakeServer:
+def make_server(
+    flavor: Flavor, *, raise_on_send_after_disconnect: bool = False, cancel_on_disconnect: bool = True
+) -> FakeServer:
     """A fresh fake server (one request) of the given flavour.
 
     ``raise_on_send_after_disconnect`` switches on the spec 2.4 behaviour: ``send`` raises
     :class:`ClientDisconnectedError` (an ``OSError``) once the client is gone, instead of dropping it.
+    ``cancel_on_disconnect=False`` keeps a server that cancels the request's task when its client leaves
+    (Ray Serve) from doing so, as Ray's per-request opt-out does; the other flavours never cancel it.
     """
+    if flavor == "ray":
+        return RayServer(
+            raise_on_send_after_disconnect=raise_on_send_after_disconnect, cancel_on_disconnect=cancel_on_disconnect
+        )
     return _SERVER_CLASSES[flavor](raise_on_send_after_disconnect=raise_on_send_after_disconnect)

@@ -1,6 +1,6 @@
 """Shared settings and helpers for the invariant suite (see docs/testing.md for the invariant map).
 
-Every Hypothesis example runs in a fresh event loop (``anyio.run``), parametrized over the three fake
+Every Hypothesis example runs in a fresh event loop (``anyio.run``), parametrized over the four fake
 server flavours and both anyio backends. ``SCOREKIT_PROPERTY_EXAMPLES`` scales the example count
 (default 30 per flavour x backend, which keeps the suite well under a minute on two cores).
 """
@@ -37,6 +37,13 @@ each_backend = pytest.mark.parametrize("backend", BACKENDS)
 
 K_TICKS = 24
 """Cancellation/wake-up latency bound, in clock ticks (scheduling rounds), for C1 and Q8."""
+
+
+def request_ended(outcome: Outcome) -> bool:
+    """The request ended as it should without an app error: the middleware returned normally, or the server
+    cancelled the request's task itself (Ray Serve does when the client leaves) and the middleware let that
+    cancellation through rather than swallow it."""
+    return outcome.returned or outcome.cancelled
 
 
 def run(backend: Backend, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:

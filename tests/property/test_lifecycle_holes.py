@@ -104,7 +104,7 @@ def test_Q15_buffered_body_before_disconnect(
     """Every body byte the server handed the middleware reaches an app that keeps reading, before its
     http.disconnect: nothing a client sent is dropped because the disconnect was read first."""
     respond_first, script = case
-    server = make_server(flavor)
+    server = make_server(flavor, cancel_on_disconnect=False)  # the app reads on after the client left
     app = ReadUntilGone(server.audit, respond_first, pause)
 
     async def main() -> None:
@@ -153,7 +153,7 @@ def test_Q16_wait_disconnect_waits_for_disconnect(
     flavor: Flavor, backend: Backend, script: ClientScript, pause: int
 ) -> None:
     """wait_disconnect() returns once the server said the stream is over, never on a body chunk, and does return."""
-    server = make_server(flavor)
+    server = make_server(flavor, cancel_on_disconnect=False)  # the app reads on after the client left
     app = Watched(server.audit, pause)
 
     async def main() -> None:
@@ -212,7 +212,8 @@ class FailingSend:
 
 
 def failing_send_case(flavor: Flavor, backend: Backend, parked: bool, body: bytes, work: int) -> FailingSend:
-    server = make_server(flavor, raise_on_send_after_disconnect=True)
+    # Nothing but the failed send tells the app the client left: the server does not cancel its task.
+    server = make_server(flavor, raise_on_send_after_disconnect=True, cancel_on_disconnect=False)
     server.disconnect_after_send(1)
     app = FailingSend(parked, work)
     # parked: one frame, and the terminator only long after the run (the body stays incomplete).

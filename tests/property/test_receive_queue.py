@@ -188,7 +188,7 @@ def test_Q7_disconnect_stays(
     async def main() -> None:
         # Before the response is complete, the app only sees the disconnect when it is not cancelled.
         app = LifecycleMiddleware(probe, cancel_on_disconnect=respond_first)
-        outcome = await run_script(app, script, flavor=flavor)
+        outcome = await run_script(app, script, server=make_server(flavor, cancel_on_disconnect=respond_first))
         assert not outcome.hung
 
     run(backend, main)
@@ -231,7 +231,7 @@ def test_Q8_disconnect_wakes_every_waiter(
     """When the disconnect comes, every app task blocked in receive() wakes with http.disconnect."""
     points: tuple[DisconnectPoint, ...] = ("none", "after_final_body") if respond_first else CLIENT_SIDE
     script = data.draw(client_scripts(disconnects=points))
-    server = make_server(flavor)
+    server = make_server(flavor, cancel_on_disconnect=respond_first)
     waiters = Waiters(server.audit, n, respond_first)
 
     async def main() -> None:

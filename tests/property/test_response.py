@@ -17,7 +17,7 @@ from scorekit.testing.audit import Audit
 from scorekit.testing.servers import ClientDisconnectedError
 from scorekit.testing.strategies import client_scripts
 
-from .conftest import PROPERTY, each_backend, each_flavor, run
+from .conftest import PROPERTY, each_backend, each_flavor, request_ended, run
 
 Form = Literal["body", "body_default", "trailers", "pathsend", "zerocopysend"]
 FORMS: tuple[Form, ...] = ("body", "body_default", "trailers", "pathsend", "zerocopysend")
@@ -108,7 +108,7 @@ def test_P1_every_terminal_form_completes(
     async def main() -> None:
         outcome = await run_script(LifecycleMiddleware(app), script, server=server)
         assert not outcome.hung
-        assert outcome.returned
+        assert request_ended(outcome)
 
     run(backend, main)
     assert app.complete_before == [False] * len(app.messages)

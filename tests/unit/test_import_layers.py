@@ -195,7 +195,9 @@ def test_a_module_in_no_layer_is_an_error(tmp_path: Path) -> None:
 # -- what the leaves promise: importing them loads no torch ---------------------------------------------
 
 
-@pytest.mark.parametrize("module", ["scorekit.settings", "scorekit.cli", "scorekit.jobs", "scorekit.routing"])
+@pytest.mark.parametrize(
+    "module", ["scorekit.settings", "scorekit.cli", "scorekit.jobs", "scorekit.routing", "scorekit.deploy.options"]
+)
 def test_importing_loads_no_torch(module: str) -> None:
     check = f"import sys, {module}; assert 'torch' not in sys.modules, 'torch was imported'"
     probe = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -1,0 +1,78 @@
+"""How a Ray Serve deployment is sized from the engine's limits, and what its health check reports; no Ray
+needed (scorekit.deploy.options and scorekit.deploy.replica import none)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from scorekit.app import create_app
+from scorekit.deploy.options import Autoscaling, RayOptions, deployment_options
+from scorekit.deploy.replica import ReplicaApp
+from scorekit.settings import EngineConfig, ModelSpec, Settings
+
+
+def test_a_fixed_deployment_takes_the_engines_admission_limit() -> None:
+    options = deployment_options(Settings(shutdown_timeout=12), RayOptions(replicas=3, num_gpus=1, num_cpus=2))
+    assert options == {
+        "name": "scorekit",
+        "max_ongoing_requests": 512,  # Ray's default, 5, would never fill a batch of 128
+        "ray_actor_options": {"num_cpus": 2, "num_gpus": 1},
+        "graceful_shutdown_timeout_s": 12,
+        "num_replicas": 3,
+    }
+
+
+def test_autoscaling_aims_at_a_batch_below_the_cap() -> None:
+    settings = Settings(engine=EngineConfig(max_batch_size=32, max_concurrent_requests=100))
+    options = deployment_options(settings, RayOptions(autoscaling=Autoscaling(0, 6)))
+    assert options["max_ongoing_requests"] == 100
+    assert options["autoscaling_config"] == {
+        "min_replicas": 0,
+        "max_replicas": 6,
+        "initial_replicas": 1,
+        "target_ongoing_requests": 32,
+    }
+    assert "num_replicas" not in options
+    small_cap = Settings(engine=EngineConfig(max_batch_size=32, max_concurrent_requests=40))
+    assert (
+        deployment_options(small_cap, RayOptions(autoscaling=Autoscaling(1, 2)))["autoscaling_config"][
+            "target_ongoing_requests"
+        ]
+        == 20
+    )  # half the cap: Ray scales out before it queues
+
+
+def test_several_models_take_the_smallest_limit_and_the_largest_batch() -> None:
+    models = (
+        ModelSpec(name="a", engine=EngineConfig(max_concurrent_requests=300, max_batch_size=16)),
+        ModelSpec(name="b", engine=EngineConfig(max_concurrent_requests=200, max_batch_size=64)),
+    )
+    options = deployment_options(Settings(models=models), RayOptions(autoscaling=Autoscaling(1, 2)))
+    assert options["max_ongoing_requests"] == 200
+    assert options["autoscaling_config"]["target_ongoing_requests"] == 64
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: RayOptions(replicas=0), "replicas must be at least 1"),
+        (lambda: Autoscaling(3, 2), "min_replicas <= max_replicas"),
+        (lambda: RayOptions(probe_port=70000), "probe_port must be a port number"),
+        (
+            lambda: deployment_options(
+                Settings(), RayOptions(autoscaling=Autoscaling(1, 2, target_ongoing_requests=512))
+            ),
+            "target_ongoing_requests (512) must be below max_ongoing_requests (512)",
+        ),
+    ],
+)
+def test_impossible_options_are_refused(make: Callable[[], object], message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        make()
+
+
+def test_the_health_check_names_a_model_that_is_not_loaded() -> None:
+    replica = ReplicaApp(create_app(Settings(model="./nowhere", served_model_name="judge")))
+    assert replica.problem() == "the model 'judge' is not loaded"
