@@ -3,11 +3,8 @@ every request later."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from tests.cli.conftest import one_line_error, scorekit
 from tests.live import free_port
-from tests.tiny_models import build_causal_lm
 
 
 def test_chunking_by_default_with_a_bi_encoder_is_a_start_up_error() -> None:
@@ -16,23 +13,6 @@ def test_chunking_by_default_with_a_bi_encoder_is_a_start_up_error() -> None:
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
     assert "is a bi-encoder, which cannot score a document by windows: serve it without --long-documents chunk" in last
-
-
-def test_a_reranker_template_that_is_neither_preset_nor_file_is_one_line(tmp_path: Path) -> None:
-    folder = build_causal_lm(tmp_path / "llama")
-    result = scorekit(
-        "serve", str(folder), "--model-kind", "llm-reranker", "--reranker-template", "qwen9", "--port", str(free_port())
-    )
-    message = one_line_error(result, 1)
-    assert "'qwen9' is neither a preset (qwen3-reranker, bge-reranker-v2-gemma) nor a JSON file" in message
-
-
-def test_a_causal_lm_without_a_preset_asks_for_a_template(tmp_path: Path) -> None:
-    folder = build_causal_lm(tmp_path / "llama")
-    message = one_line_error(
-        scorekit("serve", str(folder), "--model-kind", "llm-reranker", "--port", str(free_port())), 1
-    )
-    assert "no reranker_template.json and no preset: give one with --reranker-template" in message
 
 
 def test_a_bad_long_documents_choice_is_argparses_line() -> None:

@@ -156,7 +156,7 @@ def test_1_mb_document_is_scored_when_truncated_to_the_model_maximum(server: Liv
 
 def test_unknown_fields_are_ignored(server: Live) -> None:
     plain = server.json("POST", "/rerank", NORMAL)
-    extra = {**NORMAL, "return_documents": True, "rank_fields": ["text"], "max_chunks_per_doc": 3, "x": {"y": [1]}}
+    extra = {**NORMAL, "return_documents": True, "rank_fields": ["text"], "x": {"y": [1]}}
     noisy = server.json("POST", "/rerank", extra)
     assert plain[0] == noisy[0] == 200
     assert noisy[1]["results"] == plain[1]["results"]

@@ -126,6 +126,11 @@ def test_a_model_type_without_a_preset_asks_for_a_template(tmp_path: Path) -> No
     assert isinstance(loaded, LLMRerankerBackend)
 
 
+def test_a_template_that_is_neither_preset_nor_file_is_refused(qwen3_dir: Path) -> None:
+    with pytest.raises(ValueError, match=r"'qwen9' is neither a preset \(qwen3-reranker, bge-reranker-v2-gemma\)"):
+        load_backend(str(qwen3_dir), kind="llm-reranker", reranker_template="qwen9")
+
+
 def test_a_template_for_another_kind_is_refused(tmp_path: Path) -> None:
     folder = build_causal_lm(tmp_path / "llama")
     with pytest.raises(ValueError, match="give --model-kind llm-reranker"):
