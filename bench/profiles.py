@@ -37,6 +37,7 @@ class Profile:
     fresh_growth_server: bool = True
     llm_prefix_sizes: tuple[int, int] = (16, 128)  # documents of the 1 x N requests the shared prefix is timed on
     llm_raw_batches: tuple[int, ...] = (1, 2, 4, 8)  # requests' prompts per raw forward, the best one counts
+    llm_model: tuple[int, int] = (256, 4)  # the random Qwen3 reranker's width and layers
 
 
 FULL = Profile(name="full")
@@ -45,6 +46,7 @@ SMOKE = Profile(
     name="smoke",
     llm_prefix_sizes=(4, 8),
     llm_raw_batches=(1, 2),
+    llm_model=(32, 1),
     scorekit_args=("--max-batch-size", "16"),  # short batches: the disconnect and fairness phases end fast
     docs_per_request=4,
     concurrencies=(1, 8),

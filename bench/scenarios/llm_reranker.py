@@ -1,9 +1,10 @@
 """LLM reranker: the server's items per CPU second over a raw forward of the same prompts, and what running a
 request's shared prompt prefix once saves.
 
-The model is a random Qwen3 causal LM of bench size (4 layers, width 256, 16 heads) with a byte-level BPE tokenizer
-trained on the corpus's words, served with the Qwen3-Reranker preset (a ~100-token system prompt and
-instruction before each document). Random weights score nonsense, but they cost what trained ones do.
+The model is a random Qwen3 causal LM of bench size (4 layers, width 256, 16 heads; the smoke run's is tiny)
+with a byte-level BPE tokenizer trained on the corpus's words, served with the Qwen3-Reranker preset (a
+~100-token system prompt and instruction before each document). Random weights score nonsense, but they
+cost what trained ones do.
 
 - efficiency: ``scorekit serve`` under /rerank requests (one query, 16 documents) at concurrency 8, server
   items per server CPU second, over the backend's own ``forward`` on the same prompts in this process at its
@@ -33,15 +34,17 @@ REQUESTS = 32
 CONCURRENCY = 8
 
 
-def build_model(folder: Path) -> Path:
-    """The bench-size random Qwen3 reranker (the same weights on every run)."""
+def build_model(folder: Path, width: int, layers: int) -> Path:
+    """The random Qwen3 reranker (the same weights on every run)."""
     corpus = documents(512) + queries(64)
-    return build_qwen3_reranker(folder, hidden_size=256, layers=4, corpus=corpus, max_length=1024, vocab_size=2000)
+    return build_qwen3_reranker(
+        folder, hidden_size=width, layers=layers, corpus=corpus, max_length=1024, vocab_size=2000
+    )
 
 
 def run(ctx: Context) -> dict[str, Any]:
     p = ctx.profile
-    folder = build_model(ctx.work / "bench-qwen3-reranker")
+    folder = build_model(ctx.work / "bench-qwen3-reranker", *p.llm_model)
     pool = documents(max(4 * DOCS_PER_REQUEST, 512), seed=3)
     bodies = [
         rerank_body(query, pool[(i * DOCS_PER_REQUEST) % len(pool) :][:DOCS_PER_REQUEST])
