@@ -28,7 +28,16 @@ from typing import TypeVar
 import torch
 from transformers.utils import logging as hf_logging
 
-from scorekit.models import Backend, LabelScorer, ModelKind, PairScorer, Plan, default_model_path, load_backend
+from scorekit.models import (
+    Backend,
+    LabelScorer,
+    ModelKind,
+    PairScorer,
+    Plan,
+    default_model_path,
+    detect_kind,
+    load_backend,
+)
 from scorekit.models.base import Encoded, no_checkpoint
 from scorekit.models.bf16 import native_bf16
 from scorekit.tasks import LabelQuery, PairOptions
@@ -187,13 +196,19 @@ def kinds(work: Path, docs: Sequence[str]) -> list[Kind]:
     ]
 
 
+def _yours(folder: str) -> Kind:
+    """A model of your own, as ``scorekit serve`` detects it; a causal LM is measured as an LLM reranker."""
+    kind = detect_kind(folder)
+    return Kind(Path(folder).name, folder, "llm-reranker" if kind == "causal-lm" else kind, pair_scores)
+
+
 def measure(kind: Kind, queries: Sequence[str], docs: Sequence[str]) -> Agreement:
     """One kind's scores in float32 and in bfloat16, loaded the way ``scorekit serve --dtype`` loads them."""
     scores = []
     for dtype in ("float32", "bfloat16"):
         backend = load_backend(kind.folder, kind=kind.kind, dtype=dtype)
         scores.append(kind.score(backend, queries, docs))
-    return compare(*scores)
+    return compare(scores[0], scores[1])
 
 
 def cpu_time_ratio(docs: Sequence[str], repeats: int = 3) -> float:
@@ -217,13 +232,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--queries", type=int, default=len(QUERIES), help="how many of the 50 queries")
     parser.add_argument("--documents", type=int, default=DOCUMENTS, help="documents per query (at most ~500)")
+    parser.add_argument("--model", help="measure this model folder instead (one that /rerank serves)")
     args = parser.parse_args(argv)
-    hf_logging.disable_progress_bar()  # the tiny models' "Writing model shards" bars
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # the tiny models' "Writing model shards" bars
     queries, docs = QUERIES[: args.queries], documents(args.documents)
     print(f"{len(queries)} queries x {len(docs)} documents; native bf16: {', '.join(native_bf16()) or 'none'}")
     print(f"{'kind':30} {'max |bf16 - fp32|':>17} {'mean':>8} {'top-10 set changed':>18} {'order changed':>13}")
     with tempfile.TemporaryDirectory() as work:
-        for kind in kinds(Path(work), docs):
+        for kind in [_yours(args.model)] if args.model else kinds(Path(work), docs):
             found = measure(kind, queries, docs)
             print(
                 f"{kind.name:30} {found.max_abs_diff:17.5f} {found.mean_abs_diff:8.5f} "
