@@ -22,6 +22,7 @@ from .base import (
     TruncationSide,
     TruncationTooLarge,
 )
+from .bf16 import log_cpu_bf16
 from .bi_encoder import BiEncoderBackend
 from .causal_lm import CausalLMBackend
 from .cross_encoder import CrossEncoderBackend
@@ -104,6 +105,8 @@ def load_backend(
     started = time.monotonic()
     torch_device = parse_device(device)
     torch_dtype = parse_dtype(dtype, torch_device)
+    if torch_device.type == "cpu":
+        log_cpu_bf16(torch_dtype)
     model = local_model(model)
     source = Source(model, trust_remote_code=trust_remote_code)
     backend: Backend

@@ -1,0 +1,47 @@
+"""bfloat16 on the CPU: whether this CPU computes it natively, and the one start-up line that says what
+``--dtype bfloat16`` costs or may gain here (a CPU without native bf16 emulates it, slower than float32)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import torch
+
+logger = logging.getLogger("scorekit.models")
+
+# The instruction sets that compute bf16 natively, as torch.cpu.get_capabilities() names them: x86's AVX-512 BF16
+# and AMX BF16, ARM64's BF16 (NEON) and SVE BF16.
+NATIVE_FLAGS = ("avx512_bf16", "amx_bf16", "bf16", "sve_bf16")
+# From docs/benchmarks.md ("bf16 on CPU"), not measured at start-up: MiniLM's forward in bfloat16 took this many
+# times the CPU time of float32 on a CPU without native bf16 (an AVX2 AMD EPYC: 5.3x to 6.8x in three runs).
+EMULATED_SLOWDOWN = 5.0
+
+
+def native_bf16() -> list[str]:
+    """This CPU's native bf16 instruction sets (torch reads cpuid once and caches it, on any OS)."""
+    capabilities = torch.cpu.get_capabilities()
+    return [flag for flag in NATIVE_FLAGS if capabilities.get(flag) is True]
+
+
+def bf16_line(dtype: torch.dtype, native: list[str]) -> tuple[int, str]:
+    """The level and text of the start-up line about bf16 on a CPU that serves ``dtype``: a warning only when
+    bfloat16 is asked for and the CPU emulates it."""
+    has = f"this CPU has native bf16 ({', '.join(native)})"
+    has_not = "this CPU has no native bf16 (no avx512_bf16 or amx_bf16)"
+    error = "scores within the bf16 error of float32 in docs/models.md"
+    slower = f"about {EMULATED_SLOWDOWN:.0f}x slower than float32 (docs/benchmarks.md)"
+    if dtype == torch.bfloat16 and native:
+        return logging.INFO, f"{has}: serving bfloat16, {error}"
+    if dtype == torch.bfloat16:
+        return logging.WARNING, f"{has_not}: bfloat16 is emulated, {slower}; --dtype float32 is faster and exact"
+    if native:
+        return logging.INFO, f"{has}: --dtype bfloat16 may run faster ({error}; no speed figure measured yet)"
+    return logging.INFO, f"{has_not}: --dtype bfloat16 would be emulated, {slower}"
+
+
+@functools.cache
+def log_cpu_bf16(dtype: torch.dtype) -> None:
+    """Log the bf16 line once per process and dtype: it is about the CPU, and several models share --dtype."""
+    level, text = bf16_line(dtype, native_bf16())
+    logger.log(level, text)
