@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def free_port() -> int:
@@ -65,7 +65,7 @@ class Server:
             if self.process.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self.process.returncode}; see {self.log}")
             url = f"http://{HOST}:{self.port}{self.ready_path}"
-            with contextlib.suppress(OSError, urllib.error.URLError), _NO_PROXY.open(url, timeout=2) as answer:
+            with contextlib.suppress(OSError, urllib.error.URLError), NO_PROXY.open(url, timeout=2) as answer:
                 if answer.status == 200:
                     return
             time.sleep(0.1)
@@ -81,7 +81,7 @@ class Server:
                 self.process.wait(5)
 
 
-def _spawn(name: str, command: Sequence[str], log_dir: Path, ready_path: str, env: dict[str, str]) -> Server:
+def spawn_command(name: str, command: Sequence[str], log_dir: Path, ready_path: str, env: dict[str, str]) -> Server:
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"{name}.log"
     port = int(command[command.index("--port") + 1])
@@ -97,7 +97,7 @@ def spawn_scorekit(name: str, log_dir: Path, extra: Sequence[str] = (), env: dic
     port = free_port()
     command = [sys.executable, "-m", "scorekit.cli", "serve", "--host", HOST, "--port", str(port)]
     command += ["--log-level", "warning", *extra]
-    return _spawn(name, command, log_dir, "/health", child_env(env))
+    return spawn_command(name, command, log_dir, "/health", child_env(env))
 
 
 def spawn_uvicorn(
@@ -108,7 +108,7 @@ def spawn_uvicorn(
     command = [sys.executable, "-m", "uvicorn", factory, "--factory", "--host", HOST, "--port", str(port)]
     # asyncio and h11 as `scorekit serve` runs, so every app compared parses HTTP alike whatever is installed.
     command += ["--log-level", "warning", "--no-access-log", "--lifespan", "off", "--loop", "asyncio", "--http", "h11"]
-    return _spawn(name, command, log_dir, ready_path, child_env(env))
+    return spawn_command(name, command, log_dir, ready_path, child_env(env))
 
 
 @contextlib.contextmanager
