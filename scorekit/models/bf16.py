@@ -25,8 +25,8 @@ def native_bf16() -> list[str]:
 
 
 def bf16_line(dtype: torch.dtype, native: list[str]) -> tuple[int, str]:
-    """The level and text of the start-up line about bf16 on a CPU that serves ``dtype``: a warning only when
-    bfloat16 is asked for and the CPU emulates it."""
+    """The level and text of the start-up line about bf16 on a CPU that serves ``dtype``: a warning when
+    bfloat16 is asked for and the CPU emulates it, a debug line when float32 is served on such a CPU."""
     has = f"this CPU has native bf16 ({', '.join(native)})"
     has_not = "this CPU has no native bf16 (no avx512_bf16 or amx_bf16)"
     error = "scores within the bf16 error of float32 in docs/models.md"
@@ -37,7 +37,8 @@ def bf16_line(dtype: torch.dtype, native: list[str]) -> tuple[int, str]:
         return logging.WARNING, f"{has_not}: bfloat16 is emulated, {slower}; --dtype float32 is faster and exact"
     if native:
         return logging.INFO, f"{has}: --dtype bfloat16 may run faster ({error}; no speed figure measured yet)"
-    return logging.INFO, f"{has_not}: --dtype bfloat16 would be emulated, {slower}"
+    # Nothing to act on (float32 is the right choice here), so not in the INFO start-up log.
+    return logging.DEBUG, f"{has_not}: --dtype bfloat16 would be emulated, {slower}"
 
 
 @functools.cache

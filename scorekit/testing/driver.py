@@ -216,12 +216,18 @@ async def run_script(
         async with anyio.create_task_group() as group:
             group.start_soon(play_client, server, script)
             group.start_soon(clock)
-            with app_scope, server.request_task():
-                try:
-                    await app(scope, server.receive, server.send)
-                    outcome.returned = True
-                except Exception as exc:
-                    outcome.error = exc
+            try:
+                with app_scope, server.request_task():
+                    try:
+                        await app(scope, server.receive, server.send)
+                        outcome.returned = True
+                    except Exception as exc:
+                        outcome.error = exc
+            except Exception as exc:
+                # The server cancelled the request's task (Ray's flavour) just as the app raised: on trio both
+                # come out as one group, the scope keeps its cancellation, and the app's error leaves with
+                # the rest. A server catches whatever its app raises, so this one does too.
+                outcome.error = exc
             group.cancel_scope.cancel()
     outcome.cancelled = server.request_cancelled
     if outcome.tick_error is not None:

@@ -110,7 +110,7 @@ def test_a_bf16_server_reranks_within_the_documented_error(minilm: Backend) -> N
         (
             torch.float32,
             [],
-            logging.INFO,
+            logging.DEBUG,
             "no native bf16 (no avx512_bf16 or amx_bf16): --dtype bfloat16 would be emulated, about 5x slower",
         ),
         (

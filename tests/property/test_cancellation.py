@@ -252,8 +252,10 @@ def test_C5_external_cancel_reraised(
         else:
             assert result["end"].endswith("raised"), "an outside cancellation was swallowed"
     # A native Task.cancel() also interrupts anyio-shielded awaits (asyncio semantics, nothing a
-    # middleware can change), so there only synchronous cleanup is guaranteed; the load decrement is.
-    if audit.events("app.start") and (mode == "scope" or scenario.behaviour.cleanup_ticks == 0):
+    # middleware can change), so there only synchronous cleanup is guaranteed; the load decrement is. Ray's
+    # flavour on asyncio cancels the request's task natively too, whatever the mode.
+    native_cancel = mode == "native" or (flavor == "ray" and backend == "asyncio" and outcome.cancelled)
+    if audit.events("app.start") and (not native_cancel or scenario.behaviour.cleanup_ticks == 0):
         assert audit.events("app.finally"), "the app's cleanup did not run"
 
 
@@ -284,11 +286,18 @@ def test_C6_cleanup_runs_before_return(flavor: Flavor, backend: Backend, scenari
     server = make_server(flavor)
     probe = CleanupProbe(LifecycleMiddleware(BehaviourApp(behaviour, server.audit)), server.audit)
 
+    cancelled: list[bool] = []
+
     async def main() -> None:
         outcome = await run_script(probe, scenario.script, server=server)
         assert not outcome.hung
+        cancelled.append(outcome.cancelled)
 
     run(backend, main)
+    if flavor == "ray" and backend == "asyncio" and cancelled[0]:
+        # Ray cancels the request's task with Task.cancel(), which asyncio delivers through anyio's shield:
+        # an awaited cleanup can be cut there, as in C5's native mode. Nothing a middleware can change.
+        return
     assert probe.started_then_finished is True
 
 
