@@ -131,15 +131,24 @@ def run(seconds: float, work: Path) -> dict[str, Any]:
                     for name, server in (("scorekit", scorekit), ("infinity", infinity))
                 }
             )
-    ratios = {}
-    for c in CONCURRENCIES:
-        per_cpu = [r[f"scorekit@{c}"]["docs_per_cpu_s"] / r[f"infinity@{c}"]["docs_per_cpu_s"] for r in rounds]
-        p99 = [r[f"infinity@{c}"]["p99_ms"] / r[f"scorekit@{c}"]["p99_ms"] for r in rounds]
-        ratios[str(c)] = {
-            "docs_per_cpu_s": statistics.median(per_cpu),
-            "p99_infinity_over_scorekit": statistics.median(p99),
+    return {"infinity": INFINITY, "docs_per_request": DOCS, "rounds": rounds, "ratios": ratios_of(rounds)}
+
+
+def ratios_of(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """Per concurrency, the median over the rounds of scorekit / Infinity (per CPU second and per second) and
+    of Infinity's p99 over scorekit's."""
+
+    def median(c: int, key: str, over: str = "scorekit", under: str = "infinity") -> float:
+        return statistics.median(r[f"{over}@{c}"][key] / r[f"{under}@{c}"][key] for r in rounds)
+
+    return {
+        str(c): {
+            "docs_per_cpu_s": median(c, "docs_per_cpu_s"),
+            "docs_per_s": median(c, "docs_per_s"),
+            "p99_infinity_over_scorekit": median(c, "p99_ms", "infinity", "scorekit"),
         }
-    return {"infinity": INFINITY, "docs_per_request": DOCS, "rounds": rounds, "ratios": ratios}
+        for c in CONCURRENCIES
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
