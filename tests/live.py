@@ -17,11 +17,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
 from scorekit.asgi import ASGIApp, Message, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from scorekit.app import ScorekitApp
 
 SERVERS = ("uvicorn", "hypercorn", "granian")
 
@@ -316,3 +319,15 @@ def _wait_until(condition: Any, message: str, timeout: float = 120.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(message)
         time.sleep(0.02)
+
+
+def settled_items(app: ScorekitApp) -> int:
+    """The worker's item count once no request is in flight (a finished batch's count lands just after it)."""
+    assert app.engine is not None
+    stats = app.engine.worker.stats
+    assert wait_for(lambda: app.load.routed == 0 and app.engine is not None and app.engine.batcher.queued == 0)
+    seen = -1
+    while seen != stats.items:  # bounded: nothing is in flight, so at most one more batch lands
+        seen = stats.items
+        time.sleep(0.05)
+    return seen

@@ -77,11 +77,9 @@ class CrossEncoderBackend:
             return encoded
 
         def finish(inputs: list[Encoded], outputs: list[torch.Tensor]) -> PairScores:
-            logits, windows = layout.best([float(output) for output in outputs])
-            scores = logits if options.use_activation is False else [self.activation(x) for x in logits]
-            costs = layout.costs(inputs)
-            tokens = sum(costs[pairing.row[pair]] for pair in pairing.pairs)  # every pair and window, as vLLM counts
-            return PairScores(pairing.spread(scores), tokens, pairing.spread(windows) if options.chunking else None)
+            activation = None if options.use_activation is False else self.activation
+            logits = [float(output) for output in outputs]
+            return layout.finish(pairing, inputs, logits, activation, chunked=options.chunking is not None)
 
         return Plan(
             count=len(firsts),

@@ -108,13 +108,9 @@ class LLMRerankerBackend:
             return _share_prefix(encoded)
 
         def finish(inputs: list[Encoded], outputs: list[torch.Tensor]) -> PairScores:
+            activation = None if options.use_activation is False else sigmoid
             logits = [self._logit(output) for output in outputs]
-            best, windows = layout.best(logits)
-            scores = best if options.use_activation is False else [sigmoid(logit) for logit in best]
-            costs = layout.costs(inputs)
-            tokens = sum(costs[pairing.row[pair]] for pair in pairing.pairs)  # every pair, every window
-            chunked = pairing.spread(windows) if options.chunking else None
-            return PairScores(pairing.spread(scores), tokens, chunked)
+            return layout.finish(pairing, inputs, logits, activation, chunked=options.chunking is not None)
 
         return Plan(
             count=len(firsts),

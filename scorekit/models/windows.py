@@ -7,12 +7,13 @@ they batch with everything else and a cancelled request's unrun windows are drop
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from scorekit.tasks import Chunking, Window
+from scorekit.tasks import Chunking, PairScores, Window
 
 from .base import Encoded
+from .pairs import Pairing
 
 
 def token_windows(length: int, room: int, chunking: Chunking) -> list[tuple[int, int]]:
@@ -40,23 +41,27 @@ class Layout:
 
     spans: list[list[tuple[int, int]]] = field(default_factory=list)
 
-    def best(self, values: Sequence[float]) -> tuple[list[float], list[Window]]:
-        """Per pair, the highest of its windows' ``values`` (raw logits: every activation used is increasing,
-        so the best window is the same before and after it) and which window that was (the first of equal
-        maxima)."""
-        best, which = [], []
+    def finish(
+        self,
+        pairing: Pairing,
+        inputs: Sequence[Encoded],
+        logits: Sequence[float],
+        activation: Callable[[float], float] | None,
+        *,
+        chunked: bool,
+    ) -> PairScores:
+        """The request's scores from one raw logit per input: per pair its best window's (the first of equal
+        maxima; every activation used is increasing, so the best window is the same before and after it),
+        through ``activation`` unless None; usage counts every window of every pair, repeats included, as vLLM
+        counts every pair; with ``chunked``, which window won."""
+        best, which, costs = [], [], []
         first = 0
         for places in self.spans:
-            window = max(range(len(places)), key=lambda i: values[first + i])
-            best.append(values[first + window])
+            window = max(range(len(places)), key=lambda i: logits[first + i])
+            best.append(logits[first + window])
             which.append(Window(window, len(places), *places[window]))
-            first += len(places)
-        return best, which
-
-    def costs(self, inputs: Sequence[Encoded]) -> list[int]:
-        """Per pair, the tokens of all its windows."""
-        costs, first = [], 0
-        for places in self.spans:
             costs.append(sum(item.cost for item in inputs[first : first + len(places)]))
             first += len(places)
-        return costs
+        scores = best if activation is None else [activation(logit) for logit in best]
+        tokens = sum(costs[pairing.row[pair]] for pair in pairing.pairs)
+        return PairScores(pairing.spread(scores), tokens, pairing.spread(which) if chunked else None)

@@ -22,7 +22,7 @@ from scorekit.app import ScorekitApp, create_app
 from scorekit.routing import ECHO_LIMIT
 from scorekit.settings import EngineConfig, Settings
 from tests.hardening.conftest import docs, error_of, json_head, reset
-from tests.live import SERVERS, Live, read_response, serve, wait_for
+from tests.live import SERVERS, Live, read_response, serve, settled_items, wait_for
 
 # Small batches, so that a few hundred documents run as many batches (a request is "running" for a while).
 SMALL_BATCHES = EngineConfig(max_batch_size=16, max_batch_tokens=4096)
@@ -35,18 +35,6 @@ def edge(request: pytest.FixtureRequest) -> Iterator[tuple[ScorekitApp, Live]]:
     app = create_app(Settings(engine=SMALL_BATCHES))
     with serve(app, request.param) as live:
         yield app, live
-
-
-def settled_items(app: ScorekitApp) -> int:
-    """The worker's item count once no request is in flight (a finished batch's count lands just after it)."""
-    assert app.engine is not None
-    stats = app.engine.worker.stats
-    assert wait_for(lambda: app.load.routed == 0 and app.engine is not None and app.engine.batcher.queued == 0)
-    seen = -1
-    while seen != stats.items:  # bounded: nothing is in flight, so at most one more batch lands
-        seen = stats.items
-        time.sleep(0.05)
-    return seen
 
 
 def answer_or_close(sock: socket.socket) -> tuple[int, dict[str, str], bytes] | None:
