@@ -1,17 +1,24 @@
 """The per-request lifecycle middleware: the only reader of the server's ``receive``.
 
-One pump task per request calls the server's ``receive`` and feeds a small bounded buffer; the app
-reads that buffer through :meth:`Lifecycle.receive`, which any number of app tasks may call at
-once. A client disconnect before the response is complete cancels the app through an anyio cancel
-scope; the load counter moves +1/-1 exactly once, in synchronous code. The owner layer tags a
-shallow copy of the scope, so any layer below that sees the tag (an alias, a second copy of this
-middleware) is a pure pass-through. When the stream ends before the body is complete and nothing
-has been sent, the app may have registered an answer for that (:meth:`Lifecycle.on_broken_body`); the
-owner sends it after the app has stopped. See docs/architecture.md for the invariants this upholds.
+The server's ``receive`` is called by one task at a time, whichever needs the next message: an app
+task in :meth:`Lifecycle.receive` reads it inline when nothing is buffered and nobody else is reading,
+and a pump task beside the app reads on (into a small bounded buffer) so that a disconnect is seen
+while the app works. Any number of app tasks may call :meth:`Lifecycle.receive` at once. On asyncio
+the pump is started only once the app yields to the event loop: a request that runs to its response
+without waiting on anything never pays for a task (most of the middleware's cost, measured in
+docs/benchmarks.md), and one that waits has its pump running from that wait on. On trio the pump
+starts with the app, in a task group. A client disconnect before the response is complete cancels the
+app through an anyio cancel scope; the load counter moves +1/-1 exactly once, in synchronous code.
+The owner layer tags a shallow copy of the scope, so any layer below that sees the tag (an alias, a
+second copy of this middleware) is a pure pass-through. When the stream ends before the body is
+complete and nothing has been sent, the app may have registered an answer for that
+(:meth:`Lifecycle.on_broken_body`); the owner sends it after the app has stopped. See
+docs/architecture.md for the invariants this upholds.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections import deque
@@ -19,6 +26,7 @@ from collections import deque
 import anyio
 import anyio.abc
 import anyio.lowlevel
+import sniffio
 
 from scorekit.asgi import LIFECYCLE_KEY as SCOPE_KEY
 from scorekit.asgi import Answer, ASGIApp, LifecycleHooks, Message, Receive, Scope, Send, completes_response
@@ -54,9 +62,12 @@ class Lifecycle(LifecycleHooks):
         self._load = load
         self._max_buffer_bytes = max_buffer_bytes
         self._buffer: deque[Message] = deque()
-        self._changed = anyio.Event()
+        self._changed: anyio.Event | None = None  # made only when someone waits for a change
         self._task_group: anyio.abc.TaskGroup | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # set while the app runs on asyncio
+        self._pump_task: asyncio.Task[None] | None = None
         self._pump_started = False
+        self._reading = False  # a task is inside the server's receive
         self._app_asked = False
         self._expect_trailers = False
         self._broken_body_answer: Answer | None = None
@@ -90,14 +101,15 @@ class Lifecycle(LifecycleHooks):
     async def wait_disconnect(self) -> None:
         """Return once the server said the stream is over (client gone, or response complete)."""
         while not self.disconnected:
-            await self._changed.wait()
+            await self._event().wait()
 
     async def receive(self) -> Message:
         """The app-facing ``receive``: safe for several concurrent callers, lossless when polled.
 
-        It checkpoints before it takes a message, so a call from an already-cancelled scope (the
-        ``is_disconnected()`` pattern) never consumes a body chunk; once the stream is over and the
-        buffer is empty it answers ``http.disconnect`` at once, every time.
+        A call from an already-cancelled scope (the ``is_disconnected()`` pattern) raises before it takes
+        a message, so it never consumes a body chunk; once the stream is over and the buffer is empty it
+        answers ``http.disconnect`` at once, every time. With nothing buffered and nobody reading, the
+        caller reads the server's next message itself.
         """
         self._app_asked = True
         self._start_pump()
@@ -107,16 +119,16 @@ class Lifecycle(LifecycleHooks):
                     # The app is being cancelled: let that land first, on every server alike.
                     await anyio.lowlevel.checkpoint()
                 return {"type": "http.disconnect"}
-            changed = self._changed
-            await anyio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint_if_cancelled()
             if self._buffer:
                 message = self._buffer.popleft()
                 self.buffered_bytes -= len(message["body"])
                 self._notify()
                 return message
-            if self.disconnected:
-                return {"type": "http.disconnect"}
-            await changed.wait()
+            if not self._reading:
+                await self._read()
+            else:
+                await self._event().wait()
 
     async def send(self, message: Message) -> None:
         """Forward unchanged, noting when the response is complete before the terminal message goes."""
@@ -136,6 +148,13 @@ class Lifecycle(LifecycleHooks):
 
     async def run(self, app: ASGIApp, scope: Scope) -> None:
         """Run the app with the pump beside it; return normally if we cancelled it for a disconnect."""
+        if sniffio.current_async_library() == "asyncio":
+            await self._run_on_asyncio(app, scope)
+        else:
+            await self._run_in_task_group(app, scope)
+        await self._answer_broken_body()
+
+    async def _run_in_task_group(self, app: ASGIApp, scope: Scope) -> None:
         app_error: Exception | None = None
         async with anyio.create_task_group() as task_group:
             self._task_group = task_group
@@ -150,7 +169,21 @@ class Lifecycle(LifecycleHooks):
         self._task_group = None
         if app_error is not None:
             raise app_error
-        await self._answer_broken_body()
+
+    async def _run_on_asyncio(self, app: ASGIApp, scope: Scope) -> None:
+        """The same without a task group: the pump is a plain task, made at the app's first wait."""
+        self._loop = asyncio.get_running_loop()
+        if not _expects_continue(scope):
+            self._start_pump()
+        try:
+            with self.app_scope:
+                await app(scope, self.receive, self.send)
+        finally:
+            self._loop = None  # a pump start still scheduled now does nothing
+            pump = self._pump_task
+            if pump is not None:
+                pump.cancel()
+                await _wait_until_done(pump)
 
     def release(self) -> None:
         """Undo this request's route label; the owner calls it once, in its ``finally``."""
@@ -165,9 +198,19 @@ class Lifecycle(LifecycleHooks):
             await answer(self.send)
 
     def _start_pump(self) -> None:
-        if not self._pump_started and self._task_group is not None:
+        if self._pump_started:
+            return
+        if self._loop is not None:
+            self._pump_started = True
+            # Runs once the app yields to the loop; a request answered before that never needs a pump.
+            self._loop.call_soon(self._spawn_pump)
+        elif self._task_group is not None:
             self._pump_started = True
             self._task_group.start_soon(self._pump)
+
+    def _spawn_pump(self) -> None:
+        if self._loop is not None:
+            self._pump_task = self._loop.create_task(self._pump())
 
     def _may_read_ahead(self) -> bool:
         if self.body_complete or not self._buffer:
@@ -175,20 +218,28 @@ class Lifecycle(LifecycleHooks):
         return self._app_asked and self.buffered_bytes < self._max_buffer_bytes
 
     async def _pump(self) -> None:
+        while not self.disconnected:
+            while self._reading or not self._may_read_ahead():
+                await self._event().wait()
+            if not self.disconnected:
+                await self._read()
+
+    async def _read(self) -> None:
+        """Take the server's next message; only one task is ever in here (``_reading``)."""
+        self._reading = True
         try:
-            while True:
-                while not self._may_read_ahead():
-                    await self._changed.wait()
-                message = await self._server_receive()
-                kind = message.get("type")
-                if kind == "http.disconnect":
-                    self._mark_gone(cancel=True)
-                    return
-                if kind == "http.request" and not self.body_complete:
-                    self._buffer_chunk(message)
+            message = await self._server_receive()
         except Exception:
             logger.debug("the server's receive raised; treating the request as disconnected", exc_info=True)
+            message = {"type": "http.disconnect"}
+        finally:
+            self._reading = False
+            self._notify()
+        kind = message.get("type")
+        if kind == "http.disconnect":
             self._mark_gone(cancel=True)
+        elif kind == "http.request" and not self.body_complete:
+            self._buffer_chunk(message)
 
     def _buffer_chunk(self, message: Message) -> None:
         body: bytes = message.get("body", b"")
@@ -207,9 +258,15 @@ class Lifecycle(LifecycleHooks):
                 self.app_scope.cancel()
         self._notify()
 
+    def _event(self) -> anyio.Event:
+        if self._changed is None:
+            self._changed = anyio.Event()
+        return self._changed
+
     def _notify(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
 
 class LifecycleMiddleware:
@@ -250,6 +307,18 @@ class LifecycleMiddleware:
         finally:
             lifecycle.release()
             self.load.exit()
+
+
+async def _wait_until_done(task: asyncio.Task[None]) -> None:
+    """Wait for a cancelled pump to end, even through a cancellation of our own, which goes on after."""
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    if cancelled is not None:
+        raise cancelled
 
 
 def _expects_continue(scope: Scope) -> bool:

@@ -142,6 +142,40 @@ def test_C3_no_orphan_tasks(flavor: Flavor, backend: Backend, scenario: Scenario
     assert outcome.audit.in_flight == 0
 
 
+async def answer_at_once(scope: Scope, receive: Receive, send: Send) -> None:
+    """Answers without reading and without waiting on anything (a health check, an early 4xx)."""
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+@each_flavor
+@each_backend
+@pytest.mark.parametrize("chunks", [(), (b"body",)])
+def test_C3_nothing_reads_after_return(flavor: Flavor, backend: Backend, chunks: tuple[bytes, ...]) -> None:
+    """Once the middleware has returned, nothing it made runs on: no task appears and the server's
+    receive() is not called (on asyncio a pump is made only at the app's first wait; an app that never
+    waits must leave no pump start behind)."""
+    server = make_server(flavor)
+    seen: dict[str, Any] = {}
+    middleware = LifecycleMiddleware(answer_at_once)
+
+    async def probe(scope: Scope, receive: Receive, send: Send) -> None:
+        before = task_snapshot()
+        await middleware(scope, receive, send)
+        calls = server.audit.receive_calls
+        for _ in range(8):
+            await anyio.lowlevel.checkpoint()
+        seen["new_tasks"] = task_snapshot() - before
+        seen["late_calls"] = server.audit.receive_calls - calls
+
+    async def main() -> None:
+        outcome = await run_script(probe, ClientScript(chunks=chunks), server=server)
+        assert not outcome.hung and outcome.error is None
+
+    run(backend, main)
+    assert seen == {"new_tasks": set(), "late_calls": 0}
+
+
 @each_flavor
 @each_backend
 @PROPERTY
