@@ -310,13 +310,16 @@ class LifecycleMiddleware:
 
 
 async def _wait_until_done(task: asyncio.Task[None]) -> None:
-    """Wait for a cancelled pump to end, even through a cancellation of our own, which goes on after."""
+    """Wait for a cancelled pump to end (within a tick), shielded from anyio cancel scopes, which would only
+    repeat themselves after. A native ``Task.cancel()`` (Ray Serve's, a server's shutdown) still gets in:
+    the first is raised once the pump has ended, so the pump never outlives the middleware."""
     cancelled: asyncio.CancelledError | None = None
-    while not task.done():
-        try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError as exc:
-            cancelled = exc
+    with anyio.CancelScope(shield=True):
+        while not task.done():
+            try:
+                await asyncio.wait({task})
+            except asyncio.CancelledError as exc:
+                cancelled = cancelled or exc
     if cancelled is not None:
         raise cancelled
 

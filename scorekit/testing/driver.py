@@ -217,12 +217,13 @@ async def run_script(
             group.start_soon(play_client, server, script)
             group.start_soon(clock)
             try:
-                with app_scope, server.request_task():
-                    try:
-                        await app(scope, server.receive, server.send)
-                        outcome.returned = True
-                    except Exception as exc:
-                        outcome.error = exc
+                with app_scope:
+                    async with server.request_task():
+                        try:
+                            await app(scope, server.receive, server.send)
+                            outcome.returned = True
+                        except Exception as exc:
+                            outcome.error = exc
             except Exception as exc:
                 # The server cancelled the request's task (Ray's flavour) just as the app raised: on trio both
                 # come out as one group, the scope keeps its cancellation, and the app's error leaves with

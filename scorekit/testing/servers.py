@@ -36,11 +36,12 @@ lifecycle middleware uses too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from typing import ClassVar
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
+from typing import Any, ClassVar
 
 import anyio
 import anyio.lowlevel
@@ -137,8 +138,8 @@ class FakeServer(ABC):
 
     # -- ASGI side -----------------------------------------------------------------------------------
 
-    @contextmanager
-    def request_task(self) -> Iterator[None]:
+    @asynccontextmanager
+    async def request_task(self) -> AsyncIterator[None]:
         """Wrap the call of the app in this: the request's task, as the server runs it.
 
         A server that cancels a request's task when its client leaves (Ray Serve) cancels it here: on
@@ -156,9 +157,25 @@ class FakeServer(ABC):
                 if task is None or not self._request_cancel_asked or task.uncancel() > 0:
                     raise  # not ours, or ours and another one too
                 self.request_cancelled = True
+            except BaseException:
+                await self._end_request_task(task)
+                raise
+            else:
+                await self._end_request_task(task)
             finally:
                 self._cancel_request_now = None
         self.request_cancelled = self.request_cancelled or scope.cancelled_caught
+
+    async def _end_request_task(self, task: asyncio.Task[Any] | None) -> None:
+        """The request ended without our native cancel coming out: something under it kept its own error instead
+        (an anyio task group keeps an error over a native cancellation), or the cancel is still pending. On a
+        real server the request's task ends here; this one runs on, so the cancel lands here and is taken back
+        rather than left on the task, where it would break the next cancel scope the task enters."""
+        if task is None or not self._request_cancel_asked or task.cancelling() == 0:
+            return
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0)  # a cancel requested from this very task and not yet thrown lands here
+        task.uncancel()
 
     def _cancel_request(self) -> None:
         """Cancel the request's task from outside (see :meth:`request_task`), once."""
