@@ -5,8 +5,8 @@ cancellation and metrics: only the call that turns a padded batch into the modul
 Why ONNX Runtime, and not OpenVINO: ``python -m bench.runtimes`` measured both on the same ONNX file, and ONNX
 Runtime ran more items per CPU second at batch 1 and 32, in float32, exact to 1e-6 (docs/models.md).
 
-The export is torch's TorchScript exporter (``dynamo=False``: about 4 s for MiniLM on a 2-core machine, where the
-torch.export-based one took 13 s), traced on a padded sample so the attention mask's path is in the graph
+The export is torch's TorchScript exporter (``dynamo=False``: 4 to 10 s for MiniLM on a shared 2-core machine,
+where the torch.export-based one took 13 s), traced on a padded sample so the attention mask's path is in the graph
 (transformers drops an all-ones mask while tracing), with the batch and length dynamic. It runs once per model:
 the file is kept in a cache folder, keyed by what was loaded (a hash of the config and of every weight and buffer)
 with the export version and the torch and ONNX Runtime versions, so an unchanged checkpoint is reused and a changed
