@@ -34,7 +34,7 @@ from transformers import AutoModel, AutoModelForSequenceClassification, AutoToke
 from bench.corpus import documents, queries
 from bench.peers import build_cross_encoder
 from scorekit.models import default_model_path
-from scorekit.models.runtime import export
+from scorekit.models.runtime import MODEL_FILE, export
 
 RESULTS = Path(__file__).parent / "results" / "runtimes.json"
 NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -109,11 +109,10 @@ def measure(kind: str, folder: str, work: Path, seconds: float, rounds: int) -> 
         def tokenize(rows: slice) -> dict[str, np.ndarray]:
             return dict(tokenizer(docs[rows], padding=True, return_tensors="np"))
 
-    onnx = work / f"{kind}.onnx"
     started = time.perf_counter()
-    export(model, output, NAMES, onnx)
+    export(model, output, NAMES, work / kind)
     export_s = time.perf_counter() - started
-    forwards = runtimes(model, output, onnx)
+    forwards = runtimes(model, output, work / kind / MODEL_FILE)
     check = tokenize(slice(0, 32))
     reference = answer(kind, forwards["torch"](check), check["attention_mask"])
     errors = {

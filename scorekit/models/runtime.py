@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shutil
 import tempfile
 import time
 import warnings
@@ -37,6 +38,7 @@ logger = logging.getLogger("scorekit.models")
 # Bump when what an export holds changes (its inputs, outputs, opset or exporter): older files are then ignored.
 EXPORT_VERSION = 1
 OPSET = 17
+MODEL_FILE = "model.onnx"  # in a folder of its own per export: a model over 2 GB gets its weights in files beside it
 # A batch's inputs by name (what loading.pad_batch makes) to the module's one output the backend reads.
 Forward = Callable[[dict[str, torch.Tensor]], torch.Tensor]
 
@@ -72,13 +74,16 @@ def onnx_forward(model: PreTrainedModel, output: str, input_names: Sequence[str]
         raise ValueError(missing[0].upper() + missing[1:] + ".")
     import onnxruntime
 
-    path = root / "onnx" / f"{export_key(model, output, input_names, onnxruntime.__version__)}.onnx"
+    folder = root / "onnx" / export_key(model, output, input_names, onnxruntime.__version__)
+    path = folder / MODEL_FILE
     if path.exists():
-        logger.info("reusing the ONNX export of %s from %s", model.name_or_path, path)
+        logger.info("reusing the ONNX export of %s from %s", model.name_or_path, folder)
     else:
         started = time.monotonic()
-        export(model, output, input_names, path)
-        logger.info("exported %s to ONNX in %.1f s, cached at %s", model.name_or_path, time.monotonic() - started, path)
+        export(model, output, input_names, folder)
+        logger.info(
+            "exported %s to ONNX in %.1f s, cached in %s", model.name_or_path, time.monotonic() - started, folder
+        )
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = torch.get_num_threads()
     options.inter_op_num_threads = 1
@@ -116,11 +121,11 @@ class _Output(torch.nn.Module):
         return self.model(**dict(zip(self.input_names, inputs, strict=True)))[self.output]
 
 
-def export(model: PreTrainedModel, output: str, input_names: Sequence[str], path: Path) -> None:
-    """Export to a temporary file beside ``path``, then rename it: a concurrent load never reads half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, scratch = tempfile.mkstemp(dir=path.parent, suffix=".onnx.part")
-    os.close(handle)
+def export(model: PreTrainedModel, output: str, input_names: Sequence[str], folder: Path) -> None:
+    """Export to ``folder``/model.onnx through a temporary folder beside it, renamed when complete: a concurrent
+    load never reads half an export, and of two processes exporting the same model, the first rename wins."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f"{folder.name}.", suffix=".part"))
     lengths = (8, 5)  # the second row is padded: the trace keeps the attention mask
     sample = {
         "input_ids": torch.tensor([[1] * 8, [1] * 5 + [0] * 3]),
@@ -136,14 +141,18 @@ def export(model: PreTrainedModel, output: str, input_names: Sequence[str], path
             torch.onnx.export(
                 _Output(model, output, input_names),
                 tuple(sample[name] for name in input_names),
-                scratch,
+                str(scratch / MODEL_FILE),
                 input_names=list(input_names),
                 output_names=[output],
                 dynamic_axes=axes,
                 opset_version=OPSET,
                 dynamo=False,
             )
-        os.replace(scratch, path)
+        try:
+            scratch.rename(folder)
+        except OSError:  # another process renamed the same export into place first
+            if not (folder / MODEL_FILE).exists():
+                raise
     finally:
         model.eval()  # type: ignore[no-untyped-call]  # the exporter leaves the module in training mode
-        Path(scratch).unlink(missing_ok=True)
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -74,7 +74,7 @@ def test_a_second_load_reuses_the_export(
 ) -> None:
     """The server above exported each model once; loading one again reads the file and exports nothing."""
     exports = sorted(cache.glob("onnx/*"))
-    assert [path.suffix for path in exports] == [".onnx", ".onnx"]  # no half-written file left behind
+    assert [path.name for path in cache.glob("onnx/*/*")] == ["model.onnx", "model.onnx"]  # and nothing half-written
     with caplog.at_level(logging.INFO, logger="scorekit.models"):
         load_backend(str(cross_encoder_dir), runtime="onnx", cache_dir=str(cache))
     said = [record.getMessage() for record in caplog.records]
