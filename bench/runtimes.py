@@ -9,6 +9,9 @@ Throughput is items per CPU second of this process (``time.process_time``, every
 report it; the rounds alternate the runtimes so a neighbour's load lands on all of them. The error is the largest
 absolute difference from torch's float32 output over the same 32 inputs: the normalised mean-pooled embedding, or
 the logit. OpenVINO is no dependency of scorekit: ``pip install openvino onnxruntime onnx`` before running this.
+
+``--served`` measures what reaches a client instead (see ``served``): two servers, ``--runtime torch`` and
+``--runtime onnx``, under the same HTTP load.
 """
 
 from __future__ import annotations
@@ -31,12 +34,14 @@ import numpy as np
 import torch
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
-from bench.corpus import documents, queries
-from bench.peers import build_cross_encoder
+from bench.corpus import documents, queries, rerank_set
+from bench.driver import write_spec
+from bench.peers import CONCURRENCIES, DOCS, NAME, build_cross_encoder, check_same_scores, window
+from bench.servers import running, spawn_scorekit
 from scorekit.models import default_model_path
 from scorekit.models.runtime import MODEL_FILE, export
 
-RESULTS = Path(__file__).parent / "results" / "runtimes.json"
+RESULTS = Path(__file__).parent / "results"
 NAMES = ("input_ids", "attention_mask", "token_type_ids")
 BATCHES = (1, 32)
 Forward = Callable[[dict[str, np.ndarray]], np.ndarray]
@@ -136,12 +141,47 @@ def measure(kind: str, folder: str, work: Path, seconds: float, rounds: int) -> 
     }
 
 
+def served(seconds: float, rounds: int, work: Path) -> dict[str, Any]:
+    """``scorekit serve --runtime torch`` and ``--runtime onnx`` on the MiniLM-L-6-sized cross-encoder, the same
+    /rerank bodies (16 documents) to each at concurrency 1, 8 and 32, alternating (bench.peers' windows): the
+    documents per server CPU second of onnx over torch, the median of the rounds."""
+    folder = build_cross_encoder(work / NAME)
+    bodies = [{**body, "model": NAME} for body in rerank_set(64, DOCS).bodies]
+    spec = write_spec(work, "runtimes", "/rerank", bodies)
+    flags = ("--model", str(folder), "--served-model-name", NAME, "--cache-dir", str(work / "cache"))
+    servers = {runtime: spawn_scorekit(runtime, work, (*flags, "--runtime", runtime)) for runtime in ("torch", "onnx")}
+    with running(*servers.values(), timeout=600):
+        check_same_scores((servers["torch"], servers["onnx"]), bodies[0])
+        windows = [
+            {f"{name}@{c}": window(server, spec, c, seconds) for c in CONCURRENCIES for name, server in servers.items()}
+            for _ in range(rounds)
+        ]
+    ratios = {
+        str(c): statistics.median(r[f"onnx@{c}"]["docs_per_cpu_s"] / r[f"torch@{c}"]["docs_per_cpu_s"] for r in windows)
+        for c in CONCURRENCIES
+    }
+    return {"docs_per_request": DOCS, "rounds": windows, "onnx_over_torch_docs_per_cpu_s": ratios}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.runtimes", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=1.5, help="CPU seconds per runtime, batch size and round")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--served",
+        action="store_true",
+        help="instead: two servers, --runtime torch and onnx, under HTTP load (runtimes-served.json)",
+    )
+    parser.add_argument("--window", type=float, default=6.0, help="with --served: seconds per measured window")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="the folder the JSON goes to")
     args = parser.parse_args(argv)
+    if args.served:
+        with tempfile.TemporaryDirectory() as scratch:
+            result = served(args.window, args.rounds, Path(scratch))
+        (args.out / "runtimes-served.json").write_text(json.dumps(result, indent=2) + "\n")
+        for c, ratio in result["onnx_over_torch_docs_per_cpu_s"].items():
+            print(f"concurrency {c:>2}: onnx / torch {ratio:.2f}x documents per server CPU second")
+        return 0
     results: dict[str, Any] = {
         "torch_threads": torch.get_num_threads(),
         "native_bf16": [flag for flag, on in torch.cpu.get_capabilities().items() if "bf16" in flag and on is True],
@@ -151,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         folders = {"bi-encoder": default_model_path(), "cross-encoder": str(build_cross_encoder(work / "ce"))}
         for kind, folder in folders.items():
             results[kind] = measure(kind, folder, work, args.seconds, args.rounds)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    (args.out / "runtimes.json").write_text(json.dumps(results, indent=2) + "\n")
     for kind in folders:
         print(f"{kind}: export {results[kind]['export_s']:.1f} s")
         for name, error in results[kind]["max_abs_error"].items():
