@@ -2,8 +2,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
-# The optional extras `make install` adds; EXTRAS=test,bench,ray adds Ray Serve (scorekit serve --ray), as CI does.
-EXTRAS ?= test,bench
+# The optional extras `make install` adds: onnx is ONNX Runtime (scorekit serve --runtime onnx);
+# EXTRAS=test,bench,onnx,ray adds Ray Serve (scorekit serve --ray), as CI does.
+EXTRAS ?= test,bench,onnx
 
 .PHONY: install serve test lint typecheck unit bench bench-smoke bench-peers mutants
 

@@ -1,4 +1,5 @@
-"""What a user may ask for at start-up, checked without torch: device and dtype names, and where a model lives.
+"""What a user may ask for at start-up, checked without torch: device, dtype and runtime names, what a runtime
+can serve, and where a model lives.
 
 A leaf module, so ``scorekit serve`` refuses a bad ``--device``, ``--dtype`` or model folder while parsing
 its flags, before torch loads; the model loaders apply the same rules to an embedding app's Settings.
@@ -6,11 +7,18 @@ its flags, before torch loads; the model loaders apply the same rules to an embe
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from pathlib import Path
 
+from scorekit.settings import RUNTIMES
+
 DTYPES = ("auto", "float32", "float16", "bfloat16")
+# The kinds ONNX Runtime serves: one stateless forward per batch. A causal LM reuses a shared prefix's KV cache
+# across inputs, which only the torch module keeps.
+ONNX_KINDS = ("bi-encoder", "cross-encoder")
+ONNX_EXTRA = "pip install -e '.[onnx]'"
 DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 # A Hugging Face hub name: "name" or "owner/name". Anything else (two slashes, a space...) can only be a path.
 _HUB_NAME = re.compile(r"[\w.-]+(/[\w.-]+)?")
@@ -21,6 +29,35 @@ def device_error(device: str) -> str | None:
     if DEVICE.fullmatch(device) is None:
         return f"unsupported device {device!r}: use 'cpu', 'cuda' or 'cuda:N'"
     return None
+
+
+def runtime_error(runtime: str, *, kind: str | None, device: str, dtype: str) -> str | None:
+    """Why ``runtime`` cannot serve this model as asked (``kind`` None: not known yet), or None when it can."""
+    if runtime not in RUNTIMES:
+        return f"unsupported runtime {runtime!r}: use {' or '.join(map(repr, RUNTIMES))}"
+    if runtime == "torch":
+        return None
+    if kind is not None and kind not in ONNX_KINDS:
+        return (
+            f"--runtime onnx serves bi-encoders and cross-encoders; a {kind} reuses a shared prefix's KV cache,"
+            " which only --runtime torch runs"
+        )
+    if device != "cpu":
+        return f"--runtime onnx runs on the CPU only, not on {device!r}: use --runtime torch there"
+    if dtype not in ("auto", "float32"):
+        return (
+            f"--runtime onnx serves float32 only: ONNX Runtime has no {dtype} kernels for a transformer on the CPU"
+            " (drop --dtype, or use --runtime torch)"
+        )
+    return None
+
+
+def onnx_missing() -> str | None:
+    """The line that says how to install what ``--runtime onnx`` needs (ONNX Runtime, and onnx for the export),
+    or None when both are there."""
+    if all(importlib.util.find_spec(module) is not None for module in ("onnxruntime", "onnx")):
+        return None
+    return f"--runtime onnx needs ONNX Runtime and onnx, which are not installed: {ONNX_EXTRA}"
 
 
 def looks_like_path(name: str) -> bool:

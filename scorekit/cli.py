@@ -24,11 +24,11 @@ from typing import Any, NoReturn
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from scorekit import __version__
-from scorekit.choices import DTYPES, device_error, local_model
+from scorekit.choices import DTYPES, device_error, local_model, onnx_missing, runtime_error
 from scorekit.connections import bind_listener
 from scorekit.deploy.options import Autoscaling, RayOptions, max_ongoing_requests, target_ongoing_requests
 from scorekit.logs import process_config, route_transformers
-from scorekit.settings import LONG_DOCUMENTS, MODEL_KINDS, EngineConfig, ModelSpec, Settings
+from scorekit.settings import LONG_DOCUMENTS, MODEL_KINDS, RUNTIMES, EngineConfig, ModelSpec, Settings
 
 _ENGINE = EngineConfig()
 _SETTINGS = Settings()
@@ -230,6 +230,22 @@ _FLAGS = (
     _Flag("port", _whole(1, 65535), 8000, "Port to bind", metavar="PORT"),
     _Flag("device", _device, _SETTINGS.device, "torch device: cpu, cuda or cuda:N", metavar="DEVICE"),
     _Flag("dtype", str, _SETTINGS.dtype, "auto is float32 on cpu, float16 on cuda", choices=DTYPES),
+    _Flag(
+        "runtime",
+        str,
+        _SETTINGS.runtime,
+        "What runs a bi-encoder's or cross-encoder's forward: torch, or onnx (ONNX Runtime, the onnx extra; CPU"
+        " and float32 only, exported once at load and cached; docs/models.md)",
+        choices=RUNTIMES,
+    ),
+    _Flag(
+        "cache-dir",
+        _text,
+        None,
+        "Where --runtime onnx keeps its exports",
+        "$XDG_CACHE_HOME/scorekit, else ~/.cache/scorekit",
+        metavar="DIR",
+    ),
     _Flag(
         "max-model-len",
         _whole(1),
@@ -519,6 +535,10 @@ def _model_specs(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
             if getattr(args, flag) is not None:
                 option = "--" + flag.replace("_", "-")
                 raise _FlagError(f"{option} applies to one model; with several, name each as --model NAME=MODEL")
+    if (error := runtime_error(args.runtime, kind=args.model_kind, device=args.device, dtype=args.dtype)) is not None:
+        raise _FlagError(error)
+    if args.runtime == "onnx" and (missing := onnx_missing()) is not None:
+        raise _FlagError(missing)
     engine = EngineConfig(
         max_batch_tokens=args.max_batch_tokens,
         max_batch_size=args.max_batch_size,
@@ -540,6 +560,8 @@ def _model_specs(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
                 args.max_model_len,
                 args.trust_remote_code,
                 args.reranker_template,
+                args.runtime,
+                args.cache_dir,
             )
         )
     names = [spec.served_name for spec in specs]
@@ -591,7 +613,7 @@ def serve(args: argparse.Namespace) -> int:
     logging.config.dictConfig(config)
     # The heavy imports (torch, transformers, uvicorn) come only now that the flags are good.
     from scorekit.app import check_long_documents, create_app
-    from scorekit.models import load_spec
+    from scorekit.models import default_model_path, detect_kind, load_spec
     from scorekit.serving import run_server
 
     route_transformers(args.log_level)
@@ -599,6 +621,11 @@ def serve(args: argparse.Namespace) -> int:
     if args.ray_options is not None:
         return _serve_on_ray(args, settings, sock)
     try:
+        for spec in settings.served_models():
+            if spec.runtime != "torch" and spec.kind is None:  # a kind the runtime cannot serve is a usage error
+                kind = detect_kind(spec.path or default_model_path())
+                if (error := runtime_error(spec.runtime, kind=kind, device=spec.device, dtype=spec.dtype)) is not None:
+                    _usage_error("scorekit serve", f"{error} (model {spec.served_name!r} is a {kind})")
         backends = {spec.served_name: load_spec(spec) for spec in settings.served_models()}
         for name, backend in backends.items():
             check_long_documents(settings, name, backend)

@@ -15,6 +15,11 @@ MODEL_KINDS: tuple[ModelKind, ...] = get_args(ModelKind)
 LongDocuments = Literal["error", "chunk"]
 LONG_DOCUMENTS: tuple[LongDocuments, ...] = get_args(LongDocuments)
 
+# What runs a bi-encoder's or cross-encoder's forward: the torch module, or its ONNX export in ONNX Runtime (the
+# onnx extra; CPU and float32 only, see choices.runtime_error).
+Runtime = Literal["torch", "onnx"]
+RUNTIMES: tuple[Runtime, ...] = get_args(Runtime)
+
 # What the embedded default model answers to in `model` fields and /v1/models.
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -56,9 +61,12 @@ class ModelSpec:
     # An LLM reranker's prompt: a preset name or a JSON file; None: reranker_template.json beside the weights,
     # else the preset of the model's type (docs/models.md).
     reranker_template: str | None = None
+    runtime: Runtime = "torch"
+    cache_dir: str | None = None  # where --runtime onnx keeps its exports; None: the user's cache (docs/models.md)
 
     def __post_init__(self) -> None:
         _check_kind(self, self.kind)
+        _check_runtime(self, self.runtime)
         if self.max_model_len is not None:
             _at_least(self, "max_model_len", 1)
         if self.name is not None and not self.name.strip():
@@ -79,6 +87,8 @@ class Settings:
     kind: ModelKind | None = None  # None: detected from the model's config
     device: str = "cpu"
     dtype: str = "auto"
+    runtime: Runtime = "torch"
+    cache_dir: str | None = None  # see ModelSpec
     engine: EngineConfig = field(default_factory=EngineConfig)
     max_body_bytes: int = 16 << 20
     max_items_per_request: int = 10_000
@@ -108,6 +118,7 @@ class Settings:
         _seconds(self, "shutdown_timeout", zero=True)
         _seconds(self, "header_timeout", zero=False)
         _check_kind(self, self.kind)
+        _check_runtime(self, self.runtime)
         if self.max_model_len is not None:
             _at_least(self, "max_model_len", 1)
         if self.long_documents not in LONG_DOCUMENTS:
@@ -140,6 +151,8 @@ class Settings:
             self.max_model_len,
             self.trust_remote_code,
             self.reranker_template,
+            self.runtime,
+            self.cache_dir,
         )
         return (spec,)
 
@@ -154,6 +167,12 @@ def _check_kind(settings: object, kind: object) -> None:
     if kind is not None and kind not in MODEL_KINDS:
         name = type(settings).__name__
         raise ValueError(f"{name}.kind must be one of {', '.join(MODEL_KINDS)} or None, not {kind!r}")
+
+
+def _check_runtime(settings: object, runtime: object) -> None:
+    if runtime not in RUNTIMES:
+        name = type(settings).__name__
+        raise ValueError(f"{name}.runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
 
 
 def _seconds(settings: object, name: str, *, zero: bool) -> None:

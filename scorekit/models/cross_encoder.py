@@ -24,6 +24,7 @@ from .loading import (
     read_max_length,
 )
 from .pairs import Pairing, sigmoid
+from .runtime import TORCH, ModelRuntime
 from .windows import Layout
 
 # Activation names a CrossEncoder may have saved in its config; sigmoid is its default for one label.
@@ -37,7 +38,9 @@ class CrossEncoderBackend:
     chunks_documents = True  # scores a long document by its best window (tasks.Chunking)
     kind: ModelKind = "cross-encoder"
 
-    def __init__(self, source: Source, *, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self, source: Source, *, device: torch.device, dtype: torch.dtype, runtime: ModelRuntime = TORCH
+    ) -> None:
         name = source.name
         self._tokenizer = load_tokenizer(source)
         model = load_model(AutoModelForSequenceClassification, source, device, dtype, self.kind)
@@ -47,6 +50,7 @@ class CrossEncoderBackend:
                 "(a single relevance logit)."
             )
         self._model = model
+        self._forward = runtime.forward(model, "logits", self._tokenizer.model_input_names)
         self._device = device
         self._pad_id = pad_token_id(self._tokenizer)
         self._sigmoid = _uses_sigmoid(model.config, name)
@@ -107,7 +111,7 @@ class CrossEncoderBackend:
             return []
         inputs = pad_batch(batch, self._pad_id, self._device)
         with torch.inference_mode():
-            logits = self._model(**inputs).logits[:, 0].float().cpu()
+            logits = self._forward(inputs)[:, 0].float().cpu()
         return list(logits.unbind())
 
     def activation(self, logit: float) -> float:

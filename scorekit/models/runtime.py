@@ -1,0 +1,158 @@
+"""What runs a bi-encoder's or cross-encoder's forward: the torch module, or (``--runtime onnx``) its ONNX export
+in ONNX Runtime. Tokenizing, padding, pooling and finishing stay the backend's, and so do the batcher, the worker,
+cancellation and metrics: only the call that turns a padded batch into the module's one output changes.
+
+Why ONNX Runtime, and not OpenVINO: ``python -m bench.runtimes`` measured both on the same ONNX file, and ONNX
+Runtime ran more items per CPU second at batch 1 and 32, in float32, exact to 1e-6 (docs/models.md).
+
+The export is torch's TorchScript exporter (``dynamo=False``: 4 to 10 s for MiniLM on a shared 2-core machine,
+where the torch.export-based one took 13 s), traced on a padded sample so the attention mask's path is in the graph
+(transformers drops an all-ones mask while tracing), with the batch and length dynamic. It runs once per model:
+the file is kept in a cache folder, keyed by what was loaded (a hash of the config and of every weight and buffer)
+with the export version and the torch and ONNX Runtime versions, so an unchanged checkpoint is reused and a changed
+one (or an upgraded library) is exported anew.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel
+
+from scorekit.choices import onnx_missing
+from scorekit.settings import Runtime
+
+logger = logging.getLogger("scorekit.models")
+
+# Bump when what an export holds changes (its inputs, outputs, opset or exporter): older files are then ignored.
+EXPORT_VERSION = 1
+OPSET = 17
+MODEL_FILE = "model.onnx"  # in a folder of its own per export: a model over 2 GB gets its weights in files beside it
+# A batch's inputs by name (what loading.pad_batch makes) to the module's one output the backend reads.
+Forward = Callable[[dict[str, torch.Tensor]], torch.Tensor]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRuntime:
+    """The runtime a model's forward runs in, and where ONNX exports are cached (None: the user's cache)."""
+
+    name: Runtime = "torch"
+    cache_dir: str | None = None
+
+    def forward(self, model: PreTrainedModel, output: str, input_names: Sequence[str]) -> Forward:
+        """The call that gives ``model``'s ``output`` for a padded batch of ``input_names``."""
+        if self.name == "torch":
+            return lambda inputs: model(**inputs)[output]
+        return onnx_forward(model, output, input_names, cache_root(self.cache_dir))
+
+
+TORCH = ModelRuntime()
+
+
+def cache_root(cache_dir: str | None) -> Path:
+    """``cache_dir``, else $XDG_CACHE_HOME/scorekit, else ~/.cache/scorekit."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "scorekit"
+
+
+def onnx_forward(model: PreTrainedModel, output: str, input_names: Sequence[str], root: Path) -> Forward:
+    """``model`` exported to ONNX (or its cached export reused) and run in an ONNX Runtime session with torch's
+    thread count and no busy-waiting (the reason the CLI sets OMP_WAIT_POLICY=PASSIVE)."""
+    if (missing := onnx_missing()) is not None:
+        raise ValueError(missing[0].upper() + missing[1:] + ".")
+    import onnxruntime
+
+    folder = root / "onnx" / export_key(model, output, input_names, onnxruntime.__version__)
+    path = folder / MODEL_FILE
+    if path.exists():
+        logger.info("reusing the ONNX export of %s from %s", model.name_or_path, folder)
+    else:
+        started = time.monotonic()
+        export(model, output, input_names, folder)
+        logger.info(
+            "exported %s to ONNX in %.1f s, cached in %s", model.name_or_path, time.monotonic() - started, folder
+        )
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = torch.get_num_threads()
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    fed = [node.name for node in session.get_inputs()]  # the exporter drops an input the graph never reads
+
+    def run(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        outputs: list[Any] = session.run([output], {name: inputs[name].numpy() for name in fed})
+        return torch.from_numpy(outputs[0])
+
+    return run
+
+
+def export_key(model: PreTrainedModel, output: str, input_names: Sequence[str], runtime_version: str) -> str:
+    """A hash of what the export depends on: the loaded config and weights, its inputs and output, the versions."""
+    digest = hashlib.sha256()
+    for part in (EXPORT_VERSION, torch.__version__, runtime_version, type(model).__name__, output, *input_names):
+        digest.update(f"{part}\0".encode())
+    digest.update(model.config.to_json_string().encode())
+    for name, tensor in model.state_dict().items():
+        digest.update(f"{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()[:32]
+
+
+class _Output(torch.nn.Module):
+    """The module with the inputs as plain arguments and its one output as the result (what the exporter traces)."""
+
+    def __init__(self, model: PreTrainedModel, output: str, input_names: Sequence[str]) -> None:
+        super().__init__()
+        self.model, self.output, self.input_names = model, output, tuple(input_names)
+
+    def forward(self, *inputs: torch.Tensor) -> Any:
+        return self.model(**dict(zip(self.input_names, inputs, strict=True)))[self.output]
+
+
+def export(model: PreTrainedModel, output: str, input_names: Sequence[str], folder: Path) -> None:
+    """Export to ``folder``/model.onnx through a temporary folder beside it, renamed when complete: a concurrent
+    load never reads half an export, and of two processes exporting the same model, the first rename wins."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f"{folder.name}.", suffix=".part"))
+    lengths = (8, 5)  # the second row is padded: the trace keeps the attention mask
+    sample = {
+        "input_ids": torch.tensor([[1] * 8, [1] * 5 + [0] * 3]),
+        "attention_mask": torch.tensor([[1] * n + [0] * (8 - n) for n in lengths]),
+        "token_type_ids": torch.zeros(2, 8, dtype=torch.long),
+    }
+    axes = {name: {0: "batch", 1: "length"} for name in (*input_names, output)}
+    try:
+        # The exporter's own warnings (its deprecation, the tracer's notes on transformers' Python branches) say
+        # nothing an operator can act on; the exactness test is what checks the graph.
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                _Output(model, output, input_names),
+                tuple(sample[name] for name in input_names),
+                str(scratch / MODEL_FILE),
+                input_names=list(input_names),
+                output_names=[output],
+                dynamic_axes=axes,
+                opset_version=OPSET,
+                dynamo=False,
+            )
+        try:
+            scratch.rename(folder)
+        except OSError:  # another process renamed the same export into place first
+            if not (folder / MODEL_FILE).exists():
+                raise
+    finally:
+        model.eval()  # type: ignore[no-untyped-call]  # the exporter leaves the module in training mode
+        shutil.rmtree(scratch, ignore_errors=True)
