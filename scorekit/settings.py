@@ -29,14 +29,20 @@ class EngineConfig:
     max_concurrent_requests: int = 512
     # Seconds a request may wait in the queue before any of its work runs (then 503); None: no limit.
     max_queue_wait: float | None = None
+    # The share of an endless batch's throughput a batch must keep: batches are as short as that allows, by
+    # the cost of the batches so far. A batch is never interrupted, so this bounds what a request arriving
+    # beside a large one waits (docs/architecture.md); None: batches by tokens and size alone.
+    batch_efficiency: float | None = 0.8
 
     def __post_init__(self) -> None:
         # An embedding app builds these without the CLI's checks: a zero batch size would kill the worker
         # at the first request, so it is refused here, where the mistake is made.
-        for name in (f.name for f in fields(self) if f.name != "max_queue_wait"):
+        for name in (f.name for f in fields(self) if f.name not in ("max_queue_wait", "batch_efficiency")):
             _at_least(self, name, 1)
         if self.max_queue_wait is not None:
             _seconds(self, "max_queue_wait", zero=False)
+        if self.batch_efficiency is not None:
+            _share(self, "batch_efficiency")
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +160,12 @@ def _check_kind(settings: object, kind: object) -> None:
     if kind is not None and kind not in MODEL_KINDS:
         name = type(settings).__name__
         raise ValueError(f"{name}.kind must be one of {', '.join(MODEL_KINDS)} or None, not {kind!r}")
+
+
+def _share(settings: object, name: str) -> None:
+    value = getattr(settings, name)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < 1:
+        raise ValueError(f"{type(settings).__name__}.{name} must be a number between 0 and 1, not {value!r}")
 
 
 def _seconds(settings: object, name: str, *, zero: bool) -> None:
