@@ -573,7 +573,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "B23",
         BATCHING,
         "the batch length ignores the fitted cost: batches are as long as the token limit allows",
-        "ceiling = min(int(efficiency / (1 - efficiency) * fixed / per_token), self.max_batch_tokens)",
+        "ceiling = int(efficiency / (1 - efficiency) * fixed / per_token)",
         "ceiling = self.max_batch_tokens",
         (_BATCHING,),
     ),

@@ -114,6 +114,7 @@ class Batcher:
         max_queued_items: int,
         max_queue_wait: float | None = None,
         batch_efficiency: float | None = None,
+        min_batch_size: int = 1,
         cost: BatchCost | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -122,6 +123,7 @@ class Batcher:
         self.max_queued_items = max_queued_items
         self.max_queue_wait = max_queue_wait
         self.batch_efficiency = batch_efficiency
+        self.min_batch_size = min_batch_size
         self.cost = cost or BatchCost()
         self._clock = clock
         self._ready = threading.Condition()
@@ -236,7 +238,11 @@ class Batcher:
         if efficiency is None or fit is None:
             return self.max_batch_tokens, self.max_batch_tokens
         fixed, per_token = fit
-        ceiling = min(int(efficiency / (1 - efficiency) * fixed / per_token), self.max_batch_tokens)
+        ceiling = int(efficiency / (1 - efficiency) * fixed / per_token)
+        # Never below min_batch_size items of the queue's mean length: a fit made on a busy machine can put
+        # the efficient length at an item or two, which the throughput measured there does not bear out.
+        floor = self.min_batch_size * -(-self._queued_tokens // max(self._queued, 1))
+        ceiling = min(max(ceiling, floor), self.max_batch_tokens)
         waiting = [job.queued_at for job in self._jobs if job.started_at is None]
         if not waiting:
             return ceiling, ceiling

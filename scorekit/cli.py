@@ -284,6 +284,14 @@ _FLAGS = (
     _Flag("max-batch-tokens", _whole(1), _ENGINE.max_batch_tokens, "Padded tokens per model batch", metavar="N"),
     _Flag("max-batch-size", _whole(1), _ENGINE.max_batch_size, "Items per model batch", metavar="N"),
     _Flag(
+        "min-batch-size",
+        _whole(1),
+        _ENGINE.min_batch_size,
+        "Items a batch cut by --batch-efficiency holds at least (the batch that carries a new request's first"
+        " items may hold fewer)",
+        metavar="N",
+    ),
+    _Flag(
         "max-queued-items", _whole(1), _ENGINE.max_queued_items, "Queued items before new requests get 503", metavar="N"
     ),
     _Flag(
@@ -546,6 +554,7 @@ def _model_specs(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
         max_concurrent_requests=args.max_concurrent_requests,
         max_queue_wait=args.max_queue_wait,
         batch_efficiency=args.batch_efficiency or None,  # 0: off
+        min_batch_size=args.min_batch_size,
     )
     specs = []
     for entry in entries:

@@ -105,6 +105,7 @@ class Engine:
             max_queued_items=config.max_queued_items,
             max_queue_wait=config.max_queue_wait,
             batch_efficiency=config.batch_efficiency,
+            min_batch_size=config.min_batch_size,
         )
         batcher = self.batcher
 

@@ -164,13 +164,14 @@ class Clock:
         return self.now
 
 
-def budgeted(clock: Clock) -> Batcher:
-    """Batches of 80% efficiency at 10 ms fixed and 1 ms per token: 40 tokens, 50 ms."""
+def budgeted(clock: Clock, efficiency: float | None = 0.8, *, size: int = 64, least: int = 1) -> Batcher:
+    """A batcher whose cost fit is 10 ms fixed and 1 ms per token: at 80% efficiency, 40 tokens, 50 ms."""
     return Batcher(
         max_batch_tokens=10_000,
-        max_batch_size=64,
+        max_batch_size=size,
         max_queued_items=10_000,
-        batch_efficiency=0.8,
+        batch_efficiency=efficiency,
+        min_batch_size=least,
         cost=fitted(0.010, 0.001),
         clock=clock,
     )
@@ -192,17 +193,19 @@ def test_batch_size_follows_the_efficiency_budget() -> None:
     """fixed 10 ms, 1 ms per token: keeping 80% of an endless batch's throughput takes 4 x 10 / 1 = 40 tokens,
     keeping 50% takes 10; without a budget the batch is what the token and size limits allow."""
     for efficiency, items in ((0.8, 4), (0.5, 1), (None, 8)):
-        batcher = Batcher(
-            max_batch_tokens=10_000,
-            max_batch_size=8,
-            max_queued_items=10_000,
-            batch_efficiency=efficiency,
-            cost=fitted(0.010, 0.001),
-            clock=Clock(),  # time stands still: the new job's first batch has the whole budget
-        )
+        batcher = budgeted(Clock(), efficiency, size=8)  # time stands still: the first batch has the whole budget
         batcher.submit(job_of([10] * 100))
         sizes = {len(batch) for batch in drain(batcher)[:-1]}  # the last one takes what is left
         assert sizes == {items}
+
+
+def test_a_batch_of_the_budget_holds_at_least_min_batch_size_items() -> None:
+    """At 50% the fit asks for 10 tokens (one item); the floor of 3 items wins. The first batch carries the
+    new job within what is left of its budget, which the floor does not lengthen."""
+    batcher = budgeted(Clock(), 0.5, size=8, least=3)
+    batcher.submit(job_of([10] * 100))
+    sizes = [len(batch) for batch in drain(batcher)]
+    assert sizes[0] == 1 and set(sizes[1:-1]) == {3}
 
 
 def test_a_small_job_queued_beside_a_big_one_completes_in_the_next_batch() -> None:
