@@ -508,7 +508,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "B12",
         BATCHING,
         "no first pass of one item per job: a large job starves the others",
-        "        for job in self._jobs:\n            if not take(job):\n"
+        "        for job in self._jobs:\n            if not take(job, self.max_batch_tokens):\n"
         "                full = True\n                break\n",
         "",
         (_BATCHING,),
@@ -525,8 +525,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "B14",
         BATCHING,
         "the token budget is checked without the item being added",
-        "cost * (len(batch) + 1) > self.max_batch_tokens",
-        "cost * len(batch) > self.max_batch_tokens",
+        "cost * (len(batch) + 1) > limit",
+        "cost * len(batch) > limit",
         (_BATCHING,),
     ),
     Mutant(
@@ -576,6 +576,30 @@ MUTANTS: tuple[Mutant, ...] = (
         "            self._queued_tokens -= job.inputs[index].cost\n",
         "",
         (_QUEUE_WAIT,),
+    ),
+    Mutant(
+        "B21",
+        BATCHING,
+        "the batch that carries a new job is not cut short: the job waits a whole batch of the budget",
+        "return ceiling, min(max(int((left - fixed) / per_token), 0), ceiling)",
+        "return ceiling, ceiling",
+        (_BATCHING,),
+    ),
+    Mutant(
+        "B22",
+        BATCHING,
+        "the latency budget splits a small job that fits in one batch",
+        "limit = ceiling if rank == 0 and self._completes(job, batch, longest, ceiling) else budget",
+        "limit = budget",
+        (_BATCHING,),
+    ),
+    Mutant(
+        "B23",
+        BATCHING,
+        "the batch length ignores the fitted cost: batches are as long as the token limit allows",
+        "ceiling = int(efficiency / (1 - efficiency) * fixed / per_token)",
+        "ceiling = self.max_batch_tokens",
+        (_BATCHING,),
     ),
     # -- the worker -------------------------------------------------------------------------------------
     Mutant(

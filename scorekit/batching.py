@@ -7,6 +7,17 @@ requests finish in arrival order. Inside a job, items go in
 length order, so consecutive batches hold similar lengths and little padding. A cancelled
 job's queued items are removed at once and never run.
 
+A batch is never interrupted, so a job that arrives while one runs waits for it: what bounds that wait is
+how long a batch runs. Each forward has a fixed cost and then a nearly flat cost per token (on a CPU,
+per-item cost is nearly flat beyond ~16 items), so past some size a longer batch buys little throughput
+and costs every newcomer its whole length in waiting. With ``batch_efficiency``, the fill stops at the
+shortest batch that keeps that share of an endless batch's throughput, by the :class:`BatchCost` fitted to
+the batches the worker ran, and the batch that carries a new job's first items stops about one such batch
+time after that job arrived. A small job then waits for at most the batch in flight and one short batch.
+The budget is a share, not seconds, so it suits a small encoder and a slow LLM alike: the batch length
+follows from the costs measured on the model. The fill still completes the job with the fewest items
+left when all of it fits in one batch of the budget, so a small job is never split by it.
+
 With ``max_queue_wait``, a job none of whose items has run that long after it was queued is taken out and
 failed with :class:`~scorekit.errors.QueueTimeout`: the engine asks for that at the deadline (``expire``),
 and ``next_batch`` checks it too, so an overdue job never runs even when the event loop is late.
@@ -55,6 +66,39 @@ class ModelJob(Job[Encoded, torch.Tensor]):
         return packed[index]
 
 
+class BatchCost:
+    """What a batch of padded tokens costs in seconds: ``fixed + per_token * tokens``, fitted by least squares
+    over the batches the worker ran (``observe``), the latest weighing most (``memory`` per batch).
+
+    A fit needs batches of different sizes, which traffic makes: a request's last batch, a small request, a
+    large one's first (cut by tokens alone while there is no fit). Until then, batches are cut by tokens and
+    size alone, as without a budget. While later sizes stay too alike to tell the fixed cost from the
+    per-token one, or a fit makes no sense (no fixed cost, or a cost that falls with size: a held or stalled
+    batch), the last good fit stands. Where the cost barely grows with size (a GPU), the fit's shortest
+    efficient batch is longer than ``max_batch_tokens``, which then decides."""
+
+    def __init__(self, memory: float = 0.95) -> None:
+        self.memory = memory
+        # Weighted sums over the batches: of 1, tokens, seconds, tokens squared, tokens times seconds.
+        self._sums = [0.0] * 5
+        self.fit: tuple[float, float] | None = None  # (fixed seconds, seconds per padded token)
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        if tokens <= 0 or seconds <= 0:
+            return
+        new = (1.0, float(tokens), seconds, float(tokens) ** 2, tokens * seconds)
+        self._sums = [self.memory * old + add for old, add in zip(self._sums, new, strict=True)]
+        weight, x, y, xx, xy = self._sums
+        mean_x, mean_y = x / weight, y / weight
+        spread = xx / weight - mean_x**2
+        if spread < (0.1 * mean_x) ** 2:  # sizes within ~10% of each other: the slope would be noise
+            return
+        per_token = (xy / weight - mean_x * mean_y) / spread
+        fixed = mean_y - per_token * mean_x
+        if per_token > 0 and fixed > 0:
+            self.fit = (fixed, per_token)
+
+
 class QueueFull(Exception):
     """Admitting this job would pass ``max_queued_items``; the caller should answer 503."""
 
@@ -69,12 +113,18 @@ class Batcher:
         max_batch_size: int,
         max_queued_items: int,
         max_queue_wait: float | None = None,
+        batch_efficiency: float | None = None,
+        min_batch_size: int = 1,
+        cost: BatchCost | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_size = max_batch_size
         self.max_queued_items = max_queued_items
         self.max_queue_wait = max_queue_wait
+        self.batch_efficiency = batch_efficiency
+        self.min_batch_size = min_batch_size
+        self.cost = cost or BatchCost()
         self._clock = clock
         self._ready = threading.Condition()
         self._jobs: deque[ModelJob] = deque()
@@ -91,6 +141,10 @@ class Batcher:
     def queued_tokens(self) -> int:
         """The unpadded tokens of the items waiting to run: the work ahead, which items alone do not say."""
         return self._queued_tokens
+
+    def observe(self, items: int, tokens: int, seconds: float) -> None:
+        """A batch ran (called by the worker, a :data:`~scorekit.worker.BatchObserver`): learn its cost."""
+        self.cost.observe(tokens, seconds)
 
     def submit(self, job: ModelJob) -> None:
         with self._ready:
@@ -171,16 +225,43 @@ class Batcher:
                     return None
                 self._ready.wait()
 
+    def _budgets(self) -> tuple[int, int]:
+        """The padded tokens this batch may hold (the ceiling), and what it may hold beyond completing the
+        smallest job (the budget). Both are ``max_batch_tokens`` without ``batch_efficiency`` or a cost fit.
+
+        With them, the ceiling is the shortest batch that keeps ``batch_efficiency`` of an endless batch's
+        tokens per second: ``per_token * n / (fixed + per_token * n) = e`` gives ``n = e / (1 - e) * fixed /
+        per_token``, a batch of ``fixed / (1 - e)`` seconds. The budget is what runs in what is left of that
+        long since the oldest job none of whose items has run was queued: the batch that carries a new job
+        ends about one batch time after the job arrived, filled with other work up to then."""
+        efficiency, fit = self.batch_efficiency, self.cost.fit
+        if efficiency is None or fit is None:
+            return self.max_batch_tokens, self.max_batch_tokens
+        fixed, per_token = fit
+        ceiling = int(efficiency / (1 - efficiency) * fixed / per_token)
+        # Never below min_batch_size items of the queue's mean length: a fit made on a busy machine can put
+        # the efficient length at an item or two, which the throughput measured there does not bear out.
+        floor = self.min_batch_size * -(-self._queued_tokens // max(self._queued, 1))
+        ceiling = min(max(ceiling, floor), self.max_batch_tokens)
+        waiting = [job.queued_at for job in self._jobs if job.started_at is None]
+        if not waiting:
+            return ceiling, ceiling
+        left = min(waiting) + fixed / (1 - efficiency) - self._clock()
+        return ceiling, min(max(int((left - fixed) / per_token), 0), ceiling)
+
     def _cut(self) -> list[ModelItem]:
-        """One item from every queued job first (nobody starves), then fill from the shortest jobs."""
+        """One item from every queued job first (nobody starves), then fill from the shortest jobs: the
+        shortest one up to the ceiling when all of it fits there (a small job is not split), the rest within
+        the budget left."""
         batch: list[ModelItem] = []
         longest = 0
+        ceiling, budget = self._budgets()
 
-        def take(job: ModelJob) -> bool:
+        def take(job: ModelJob, limit: int) -> bool:
             nonlocal longest
             index = job._pending[0]
             cost = max(longest, job.inputs[index].cost)
-            if len(batch) >= self.max_batch_size or (batch and cost * (len(batch) + 1) > self.max_batch_tokens):
+            if len(batch) >= self.max_batch_size or (batch and cost * (len(batch) + 1) > limit):
                 return False
             job._pending.popleft()
             if job.started_at is None:
@@ -192,12 +273,21 @@ class Batcher:
 
         full = False
         for job in self._jobs:
-            if not take(job):
+            if not take(job, self.max_batch_tokens):
                 full = True
                 break
-        for job in sorted(self._jobs, key=lambda j: len(j._pending)):  # stable: equal jobs stay in arrival order
+        by_size = sorted(self._jobs, key=lambda j: len(j._pending))  # stable: equal jobs stay in arrival order
+        for rank, job in enumerate(by_size):
+            limit = ceiling if rank == 0 and self._completes(job, batch, longest, ceiling) else budget
             while not full and job._pending:
-                full = not take(job)
+                full = not take(job, limit)
         self._queued -= len(batch)
         self._jobs = deque(job for job in self._jobs if job._pending)
         return batch
+
+    def _completes(self, job: ModelJob, batch: list[ModelItem], longest: int, limit: int) -> bool:
+        """Whether all the job's pending items fit in this batch within ``limit`` padded tokens beside what it
+        holds (its pending items are in length order, so the last is the longest)."""
+        count = len(batch) + len(job._pending)
+        cost = max(longest, job.inputs[job._pending[-1]].cost) if job._pending else longest
+        return count <= self.max_batch_size and cost * count <= limit

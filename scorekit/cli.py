@@ -90,6 +90,17 @@ def _seconds(*, zero: bool) -> Callable[[str], float]:
     return seconds
 
 
+def _share(text: str) -> float:
+    """A number from 0 up to (not including) 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 up to 1 (not 1), not {text!r}")
+    return value
+
+
 def _text(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be empty")
@@ -289,6 +300,14 @@ _FLAGS = (
     _Flag("max-batch-tokens", _whole(1), _ENGINE.max_batch_tokens, "Padded tokens per model batch", metavar="N"),
     _Flag("max-batch-size", _whole(1), _ENGINE.max_batch_size, "Items per model batch", metavar="N"),
     _Flag(
+        "min-batch-size",
+        _whole(1),
+        _ENGINE.min_batch_size,
+        "Items a batch cut by --batch-efficiency holds at least (the batch that carries a new request's first"
+        " items may hold fewer)",
+        metavar="N",
+    ),
+    _Flag(
         "max-queued-items", _whole(1), _ENGINE.max_queued_items, "Queued items before new requests get 503", metavar="N"
     ),
     _Flag(
@@ -305,6 +324,15 @@ _FLAGS = (
         "Seconds a request may wait in the queue before any of its work runs; past it, 503 with Retry-After",
         "off",
         metavar="SECONDS",
+    ),
+    _Flag(
+        "batch-efficiency",
+        _share,
+        _ENGINE.batch_efficiency,
+        "The share of an endless batch's throughput a model batch must keep; batches are as short as that"
+        " allows, by the cost of the batches so far (0: by --max-batch-tokens/--max-batch-size alone). A batch"
+        " is never interrupted, so this bounds what a small request waits beside a large one",
+        metavar="SHARE",
     ),
     _Flag("max-body-bytes", _whole(1), _SETTINGS.max_body_bytes, "Largest request body (413 above)", metavar="BYTES"),
     _Flag(
@@ -545,6 +573,8 @@ def _model_specs(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
         max_queued_items=args.max_queued_items,
         max_concurrent_requests=args.max_concurrent_requests,
         max_queue_wait=args.max_queue_wait,
+        batch_efficiency=args.batch_efficiency or None,  # 0: off
+        min_batch_size=args.min_batch_size,
     )
     specs = []
     for entry in entries:

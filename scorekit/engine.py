@@ -104,13 +104,21 @@ class Engine:
             max_batch_size=config.max_batch_size,
             max_queued_items=config.max_queued_items,
             max_queue_wait=config.max_queue_wait,
+            batch_efficiency=config.batch_efficiency,
+            min_batch_size=config.min_batch_size,
         )
+        batcher = self.batcher
+
+        def on_batch(size: int, tokens: int, seconds: float) -> None:
+            batcher.observe(size, tokens, seconds)  # what the next batches are sized by
+            observer.batch(size, tokens, seconds)
+
         self.worker = ModelWorker(
             backend,
-            next_batch=self.batcher.next_batch,
-            close=self.batcher.close,
-            on_death=self.batcher.fail_all,
-            on_batch=observer.batch,
+            next_batch=batcher.next_batch,
+            close=batcher.close,
+            on_death=batcher.fail_all,
+            on_batch=on_batch,
         )
         self._observer = observer
         self._active = 0

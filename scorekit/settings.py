@@ -34,14 +34,23 @@ class EngineConfig:
     max_concurrent_requests: int = 512
     # Seconds a request may wait in the queue before any of its work runs (then 503); None: no limit.
     max_queue_wait: float | None = None
+    # The share of an endless batch's throughput a batch must keep: batches are as short as that allows, by
+    # the cost of the batches so far. A batch is never interrupted, so this bounds what a request arriving
+    # beside a large one waits (docs/architecture.md); None: batches by tokens and size alone.
+    batch_efficiency: float | None = 0.8
+    # Items a batch of that budget holds at least (of the queue's mean length): on a CPU per-item cost is
+    # nearly flat beyond ~16 items, and a fit made on a busy machine can ask for fewer than is worth it.
+    min_batch_size: int = 16
 
     def __post_init__(self) -> None:
         # An embedding app builds these without the CLI's checks: a zero batch size would kill the worker
         # at the first request, so it is refused here, where the mistake is made.
-        for name in (f.name for f in fields(self) if f.name != "max_queue_wait"):
+        for name in (f.name for f in fields(self) if f.name not in ("max_queue_wait", "batch_efficiency")):
             _at_least(self, name, 1)
         if self.max_queue_wait is not None:
             _seconds(self, "max_queue_wait", zero=False)
+        if self.batch_efficiency is not None:
+            _share(self, "batch_efficiency")
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +182,12 @@ def _check_runtime(settings: object, runtime: object) -> None:
     if runtime not in RUNTIMES:
         name = type(settings).__name__
         raise ValueError(f"{name}.runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
+
+
+def _share(settings: object, name: str) -> None:
+    value = getattr(settings, name)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < 1:
+        raise ValueError(f"{type(settings).__name__}.{name} must be a number between 0 and 1, not {value!r}")
 
 
 def _seconds(settings: object, name: str, *, zero: bool) -> None:

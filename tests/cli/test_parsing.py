@@ -50,6 +50,9 @@ def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         ("--limit-concurrency", "-1"),
         ("--max-batch-size", "1.5"),
         ("--max-model-len", "0"),
+        ("--batch-efficiency", "1"),
+        ("--batch-efficiency", "-0.5"),
+        ("--batch-efficiency", "nan"),
     ],
 )
 def test_numeric_flags_are_checked_while_parsing(flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scorekit.batching import Batcher, ModelJob, QueueFull
+from scorekit.batching import BatchCost, Batcher, ModelJob, QueueFull
 from scorekit.jobs import Job
 from scorekit.models.base import Encoded
 
@@ -147,3 +147,96 @@ def test_a_model_job_keeps_an_output_of_another_shape_as_it_came() -> None:
     job.deliver(1, odd)
     assert job.results[1] is odd
     assert job.results[0] is not None and job.results[0].tolist() == [0.0, 0.0, 0.0]
+
+
+def fitted(fixed: float, per_token: float) -> BatchCost:
+    """A cost model that already knows its fit, as if the worker had reported batches of that cost."""
+    cost = BatchCost()
+    cost.fit = (fixed, per_token)
+    return cost
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def budgeted(clock: Clock, efficiency: float | None = 0.8, *, size: int = 64, least: int = 1) -> Batcher:
+    """A batcher whose cost fit is 10 ms fixed and 1 ms per token: at 80% efficiency, 40 tokens, 50 ms."""
+    return Batcher(
+        max_batch_tokens=10_000,
+        max_batch_size=size,
+        max_queued_items=10_000,
+        batch_efficiency=efficiency,
+        min_batch_size=least,
+        cost=fitted(0.010, 0.001),
+        clock=clock,
+    )
+
+
+def test_batch_cost_fits_the_fixed_and_the_per_token_cost() -> None:
+    cost = BatchCost()
+    cost.observe(1000, 0.11)
+    cost.observe(1050, 0.115)
+    assert cost.fit is None  # sizes this alike cannot tell the fixed cost from the per-token one
+    cost.observe(500, 0.06)
+    assert cost.fit is not None
+    assert cost.fit == pytest.approx((0.01, 0.0001))
+    cost.observe(500, 30.0)  # a stalled batch: a fit through it would have no fixed cost
+    assert cost.fit == pytest.approx((0.01, 0.0001))
+
+
+def test_batch_size_follows_the_efficiency_budget() -> None:
+    """fixed 10 ms, 1 ms per token: keeping 80% of an endless batch's throughput takes 4 x 10 / 1 = 40 tokens,
+    keeping 50% takes 10; without a budget the batch is what the token and size limits allow."""
+    for efficiency, items in ((0.8, 4), (0.5, 1), (None, 8)):
+        batcher = budgeted(Clock(), efficiency, size=8)  # time stands still: the first batch has the whole budget
+        batcher.submit(job_of([10] * 100))
+        sizes = {len(batch) for batch in drain(batcher)[:-1]}  # the last one takes what is left
+        assert sizes == {items}
+
+
+def test_a_batch_of_the_budget_holds_at_least_min_batch_size_items() -> None:
+    """At 50% the fit asks for 10 tokens (one item); the floor of 3 items wins. The first batch carries the
+    new job within what is left of its budget, which the floor does not lengthen."""
+    batcher = budgeted(Clock(), 0.5, size=8, least=3)
+    batcher.submit(job_of([10] * 100))
+    sizes = [len(batch) for batch in drain(batcher)]
+    assert sizes[0] == 1 and set(sizes[1:-1]) == {3}
+
+
+def test_a_small_job_queued_beside_a_big_one_completes_in_the_next_batch() -> None:
+    """However little of its budget is left, the batch after a small job arrives holds all of it, beside
+    one item of the big job (which never starves)."""
+    clock = Clock()
+    batcher = budgeted(clock)
+    big = job_of([10] * 1000)
+    batcher.submit(big)
+    assert len(batcher.next_batch() or []) == 4
+    small = job_of([10] * 3)
+    batcher.submit(small)
+    clock.now = 1.0  # long past the 50 ms a batch of the budget takes: nothing left of the small job's budget
+    batch = batcher.next_batch()
+    assert batch is not None
+    assert [item.job for item in batch].count(small) == 3
+    assert [item.job for item in batch].count(big) == 1
+
+
+def test_the_batch_that_carries_a_new_job_ends_within_one_batch_time_of_its_arrival() -> None:
+    """A batch of the budget takes 10 / (1 - 0.8) = 50 ms. The small job came 30 ms before the cut, so its
+    batch gets 20 ms: 10 tokens beyond the fixed cost, one item of the big job, as its turn already gives."""
+    clock = Clock()
+    batcher = budgeted(clock)
+    big = job_of([10] * 1000)
+    batcher.submit(big)
+    batcher.next_batch()
+    small = job_of([1])
+    batcher.submit(small)
+    clock.now = 0.030
+    batch = batcher.next_batch()
+    assert batch is not None and sorted(item.job is small for item in batch) == [False, True]
+    clock.now = 0.060
+    assert len(batcher.next_batch() or []) == 4  # nobody new waits: a full batch of the budget again

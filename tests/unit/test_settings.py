@@ -48,6 +48,13 @@ def test_the_queue_wait_is_off_or_a_positive_number_of_seconds(value: Any) -> No
     assert EngineConfig(max_queue_wait=0.25).max_queue_wait == 0.25
 
 
+@pytest.mark.parametrize("value", [0, 1, -0.5, float("nan"), "0.5", True])
+def test_the_batch_efficiency_is_off_or_a_share_between_0_and_1(value: Any) -> None:
+    with pytest.raises(ValueError, match=r"EngineConfig\.batch_efficiency must be a number between 0 and 1"):
+        EngineConfig(batch_efficiency=value)
+    assert EngineConfig(batch_efficiency=None).batch_efficiency is None
+
+
 def test_the_defaults_and_the_edges_are_accepted() -> None:
     Settings(shutdown_timeout=0, limit_concurrency=0, kind="causal-lm", engine=EngineConfig(max_batch_size=1))
 
