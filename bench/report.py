@@ -114,6 +114,14 @@ TARGETS = (
         lambda v: v <= 1.5,
     ),
     Target(
+        "growth",
+        "peak RSS per extra doc, 1k -> 10k docs",
+        "<= 5 KiB",
+        lambda r: r["kib_per_extra_document"],
+        lambda v: v <= 5.0,
+        unit="KiB",
+    ),
+    Target(
         "llm_reranker",
         "LLM reranker c=8: server / raw forward",
         ">= 0.90",
@@ -161,6 +169,8 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
 def _fmt(value: float | None, unit: str) -> str:
     if value is None:
         return "-"
+    if unit == "KiB":
+        return f"{value:.1f} KiB"
     return f"{value:.1f}%" if unit == "%" else f"{value:.2f}x"
 
 

@@ -46,7 +46,12 @@ class ModelJob(Job[Encoded, torch.Tensor]):
     Kept until the request ends, thousands of them sit between freed activations, so the allocator can neither
     reuse nor return that memory: a 10,000-document rerank held about 300 MB more at its peak than a
     1,000-document one (docs/benchmarks.md, figure 6b). Copying each output into one tensor per job, made at
-    the first delivery, frees every batch's result as soon as the batch is delivered."""
+    the first delivery, frees every batch's result as soon as the batch is delivered.
+
+    Nor does the job keep a view of its own tensor per output until it is done: a view is a small allocation
+    made on the worker thread among the activations, so 10,000 of them kept fragmented the heap as well (the
+    10,000-document rerank's peak, 9 KiB per document). A packed output's place in ``results`` holds the
+    packed tensor itself, and :meth:`outputs` makes the rows once the job is done."""
 
     _packed: torch.Tensor | None = None
 
@@ -56,6 +61,7 @@ class ModelJob(Job[Encoded, torch.Tensor]):
         super().deliver(index, output)
 
     def _pack(self, index: int, output: torch.Tensor) -> torch.Tensor:
+        """The job's tensor, holding ``output`` as row ``index``; or ``output`` itself when it cannot."""
         packed = self._packed
         if packed is None:
             shape = (len(self.inputs), *output.shape)
@@ -63,7 +69,17 @@ class ModelJob(Job[Encoded, torch.Tensor]):
         if packed.shape[1:] != output.shape or packed.dtype != output.dtype or packed.device != output.device:
             return output  # outputs of another shape (none of today's backends makes them): kept as they came
         packed[index] = output
-        return packed[index]
+        return packed
+
+    def outputs(self) -> list[torch.Tensor]:
+        """The delivered outputs in input order (undelivered ones left out)."""
+        packed = self._packed
+        rows = [] if packed is None else packed.unbind()
+        return [
+            rows[index] if output is packed else output
+            for index, output in enumerate(self.results)
+            if output is not None
+        ]
 
 
 class BatchCost:

@@ -252,7 +252,7 @@ class Engine:
         if job.error is not None:
             self._count_error(job.error)
             raise job.error
-        return [output for output in job.results if output is not None]
+        return job.outputs()
 
     async def _wait(self, job: ModelJob, done: anyio.Event) -> None:
         """Until the job is done; at ``max_queue_wait`` after it was queued, the batcher expires it unless some

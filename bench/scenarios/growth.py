@@ -73,6 +73,9 @@ def _measure(ctx: Context, server: Server) -> dict[str, Any]:
         )
     last = points[-1]
     mid = points[-2] if len(points) > 1 else points[0]
+    # Issue 12's memory figure: what each document past 1,000 adds to the peak, at 10,000 (the full profile's
+    # two largest sizes; a smoke run's two largest stand in).
+    low, high = _pair(points, 1000, 10_000)
     return {
         "baseline_rss_mib": baseline / MIB,
         "points": points,
@@ -83,9 +86,18 @@ def _measure(ctx: Context, server: Server) -> dict[str, Any]:
         # (1 is flat, the size ratio is linear); growth under 1 MiB counts as 1 MiB.
         "memory_growth_ratio": last["hwm_over_baseline_mib"] / max(mid["hwm_over_baseline_mib"], 1.0),
         "kib_per_extra_document": 1024
-        * (last["hwm_mib"] - mid["hwm_mib"])
-        / max(last["documents"] - mid["documents"], 1),
+        * (high["hwm_mib"] - low["hwm_mib"])
+        / max(high["documents"] - low["documents"], 1),
+        "kib_per_extra_document_between": [low["documents"], high["documents"]],
     }
+
+
+def _pair(points: list[dict[str, Any]], low: int, high: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The points at ``low`` and ``high`` documents, or else the two largest sizes."""
+    by_size = {point["documents"]: point for point in points}
+    if low in by_size and high in by_size:
+        return by_size[low], by_size[high]
+    return points[-2] if len(points) > 1 else points[0], points[-1]
 
 
 def run(ctx: Context) -> dict[str, Any]:

@@ -236,10 +236,21 @@ def split_budget(first: int, second: int, budget: int) -> tuple[int, int]:
 def tokenize(
     tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], *, special_tokens: bool, checkpoint: Checkpoint
 ) -> list[Encoding]:
+    """Tokenize untruncated: every chunk of :func:`tokenize_chunks`, in one list."""
+    return [encoding for chunk in tokenize_chunks(tokenizer, texts, special_tokens, checkpoint) for encoding in chunk]
+
+
+def tokenize_chunks(
+    tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], special_tokens: bool, checkpoint: Checkpoint
+) -> Iterator[list[Encoding]]:
     """Tokenize untruncated, a chunk of about ``TOKENIZE_CHUNK_CHARS`` characters per call (the Rust tokenizer
-    runs each chunk in parallel), calling ``checkpoint`` before each chunk so an abandoned request stops here."""
+    runs each chunk in parallel), calling ``checkpoint`` before each chunk so an abandoned request stops here.
+
+    A caller that keeps only what it takes from each chunk's encodings holds one chunk of them at a time: an
+    encoding keeps every token's string, offsets and masks in the tokenizer threads' heaps, which stay in the
+    process once freed, so holding all of a 10,000-document rerank's encodings at once left 46 MB more behind
+    after tokenizing (4.7 KiB per 30-token document) than one chunk at a time does."""
     backend = tokenizer.backend_tokenizer
-    encodings: list[Encoding] = []
     start = 0
     while start < len(texts):
         end, chars = start + 1, len(texts[start])
@@ -247,9 +258,8 @@ def tokenize(
             chars += len(texts[end])
             end += 1
         checkpoint()
-        encodings.extend(backend.encode_batch(list(texts[start:end]), add_special_tokens=special_tokens))
+        yield backend.encode_batch(list(texts[start:end]), add_special_tokens=special_tokens)
         start = end
-    return encodings
 
 
 def tokenize_distinct(
@@ -311,8 +321,11 @@ def encode_texts(
     """Each text on its own, with the tokenizer's special tokens, checked or cut to the limits."""
     check_chars(((len(text),) for text in texts), limits)
     with_types = "token_type_ids" in tokenizer.model_input_names
-    encodings = tokenize(tokenizer, texts, special_tokens=True, checkpoint=checkpoint)
-    return [fit(encoding, index, limits, with_types) for index, encoding in enumerate(encodings)]
+    encoded: list[Encoded] = []
+    for chunk in tokenize_chunks(tokenizer, texts, True, checkpoint):
+        first = len(encoded)
+        encoded += [fit(encoding, first + i, limits, with_types) for i, encoding in enumerate(chunk)]
+    return encoded
 
 
 def encode_pairs(

@@ -24,6 +24,7 @@ from scorekit.models import (
     default_model_path,
     detect_kind,
     load_backend,
+    loading,
 )
 from scorekit.models.base import no_checkpoint
 from scorekit.tasks import EmbedOptions, PairOptions
@@ -206,6 +207,20 @@ def test_too_long_without_truncation_names_the_index(
     with pytest.raises(InputTooLong) as caught:
         cross_encoder.encode_pairs(["q", "q"], ["d", LONG], None, "left")
     assert (caught.value.index, caught.value.maximum) == (1, MAX_POSITIONS)
+
+
+def test_an_input_past_the_first_tokenizing_chunk_is_named_by_its_own_index(
+    minilm: BiEncoderBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Texts are fitted one tokenizing chunk at a time (each chunk's encodings freed before the next)."""
+    monkeypatch.setattr(loading, "TOKENIZE_CHUNK_CHARS", 12)
+    texts = ["short one", "short two", "short six", LONG, "short"]
+    with pytest.raises(InputTooLong) as caught:
+        minilm.encode_texts(texts, None, None)
+    assert caught.value.index == 3
+    chunked = minilm.encode_texts(texts, -1, None)
+    monkeypatch.undo()
+    assert chunked == minilm.encode_texts(texts, -1, None)
 
 
 def test_minus_one_truncates_to_the_maximum(minilm: BiEncoderBackend, cross_encoder: CrossEncoderBackend) -> None:
