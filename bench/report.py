@@ -99,6 +99,13 @@ TARGETS = (
         lambda v: v <= 3.0,
     ),
     Target(
+        "fairness",
+        "5k-doc rerank's pace beside the probes / alone",
+        ">= 0.90",
+        lambda r: r["default"]["big_pace_ratio"],
+        lambda v: v >= 0.9,
+    ),
+    Target(
         "growth",
         "time per doc, largest / next size",
         "<= 1.5x (linear)",
