@@ -104,7 +104,7 @@ class Engine:
             max_batch_size=config.max_batch_size,
             max_queued_items=config.max_queued_items,
             max_queue_wait=config.max_queue_wait,
-            batch_efficiency=config.batch_efficiency,
+            batch_efficiency=config.batch_efficiency if _cost_follows_tokens(backend) else None,
             min_batch_size=config.min_batch_size,
         )
         batcher = self.batcher
@@ -271,6 +271,14 @@ class Engine:
             self._observer.failed("worker_died")
         elif isinstance(error, ModelFailure):
             self._observer.failed("model_error")
+
+
+def _cost_follows_tokens(backend: Backend) -> bool:
+    """Whether a batch costs a fixed part plus a part per padded token, the fit that ``batch_efficiency`` cuts
+    batches by. Not for an LLM reranker: the prompts of a request share a prefix that runs once per batch, so
+    a batch costs less than its tokens say, and batches cut by that fit ran 0.53-0.62 of a raw forward's items
+    per CPU second against 0.83 filled to the caps (docs/benchmarks.md); its batches fill to the caps."""
+    return backend.kind != "llm-reranker"
 
 
 def _too_many(count: int, limit: int) -> InvalidRequest:

@@ -8,8 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scorekit.batching import BatchCost, Batcher, ModelJob, QueueFull
+from scorekit.engine import Engine
 from scorekit.jobs import Job
-from scorekit.models.base import Encoded
+from scorekit.models.base import Encoded, ModelKind
+from scorekit.settings import EngineConfig
 
 
 def job_of(lengths: list[int]) -> Job:
@@ -243,3 +245,38 @@ def test_the_batch_that_carries_a_new_job_ends_within_one_batch_time_of_its_arri
     assert batch is not None and sorted(item.job is small for item in batch) == [False, True]
     clock.now = 0.060
     assert len(batcher.next_batch() or []) == 4  # nobody new waits: a full batch of the budget again
+
+
+class KindOnly:
+    """A backend that is only its kind: what the engine reads to size its batches."""
+
+    name = "kind-only"
+    max_length = 8
+    vocab_size = 8
+
+    def __init__(self, kind: ModelKind) -> None:
+        self.kind = kind
+
+    def forward(self, batch: list[Encoded]) -> list[torch.Tensor]:
+        raise AssertionError("never run")
+
+
+class Silent:
+    def batch(self, size: int, tokens: int, seconds: float) -> None: ...
+    def dropped(self, items: int) -> None: ...
+    def tokenized(self, seconds: float) -> None: ...
+    def waited(self, seconds: float) -> None: ...
+    def rejected(self, reason: str) -> None: ...
+    def cancelled(self, stage: str) -> None: ...
+    def failed(self, reason: str) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("kind", "budget"),
+    [("bi-encoder", 0.8), ("cross-encoder", 0.8), ("causal-lm", 0.8), ("llm-reranker", None)],
+)
+def test_batches_are_cut_by_the_cost_fit_except_an_llm_rerankers(kind: ModelKind, budget: float | None) -> None:
+    """An LLM reranker's prompts share a prefix that runs once per batch, so its batch cost is not the fixed plus
+    per-token fit the budget cuts by: its batches fill to the caps."""
+    engine = Engine(KindOnly(kind), EngineConfig(batch_efficiency=0.8), observer=Silent())
+    assert engine.batcher.batch_efficiency == budget
