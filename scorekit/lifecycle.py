@@ -66,6 +66,7 @@ class Lifecycle(LifecycleHooks):
         self._task_group: anyio.abc.TaskGroup | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # set while the app runs on asyncio
         self._pump_task: asyncio.Task[None] | None = None
+        self._pump_start: asyncio.Handle | None = None  # the scheduled start of the pump, on asyncio
         self._pump_started = False
         self._reading = False  # a task is inside the server's receive
         self._app_asked = False
@@ -179,7 +180,9 @@ class Lifecycle(LifecycleHooks):
             with self.app_scope:
                 await app(scope, self.receive, self.send)
         finally:
-            self._loop = None  # a pump start still scheduled now does nothing
+            self._loop = None  # a receive() from a task the app left behind starts no pump now
+            if self._pump_start is not None:
+                self._pump_start.cancel()  # not run yet: no pump after the request, and the handle lets go of us
             pump = self._pump_task
             if pump is not None:
                 pump.cancel()
@@ -203,14 +206,13 @@ class Lifecycle(LifecycleHooks):
         if self._loop is not None:
             self._pump_started = True
             # Runs once the app yields to the loop; a request answered before that never needs a pump.
-            self._loop.call_soon(self._spawn_pump)
+            self._pump_start = self._loop.call_soon(self._spawn_pump)
         elif self._task_group is not None:
             self._pump_started = True
             self._task_group.start_soon(self._pump)
 
     def _spawn_pump(self) -> None:
-        if self._loop is not None:
-            self._pump_task = self._loop.create_task(self._pump())
+        self._pump_task = asyncio.get_running_loop().create_task(self._pump())
 
     def _may_read_ahead(self) -> bool:
         if self.body_complete or not self._buffer:
