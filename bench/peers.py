@@ -5,7 +5,8 @@ width 384) with MiniLM's tokenizer, so a forward costs what a real one does (ran
 which neither server's speed depends on). Infinity runs from a virtual environment of its own,
 ``.venv-infinity`` (made on first use: ``infinity-emb[server,torch]`` pinned, torch pinned to the CPU wheel),
 with ``DO_NOT_TRACK=1`` and its usage statistics off. Both run in float32 on the CPU, each with its defaults
-but OpenMP's wait policy, passive for both (scorekit's default; see ``spawn_infinity``).
+but OpenMP's wait policy, passive for both (scorekit's default; see ``spawn_infinity``). ``--runtime onnx``
+serves scorekit's side with ``--runtime onnx`` (ONNX Runtime, also exact in float32) against the same Infinity.
 
 The same /rerank bodies (one query, 16 documents) go to each server at concurrency 1, 8 and 32, the two servers
 alternating for 3 rounds; each window reports documents scored per CPU second of the server process (the form
@@ -113,12 +114,14 @@ def window(server: Server, spec: Path, concurrency: int, seconds: float) -> dict
     }
 
 
-def run(seconds: float, work: Path) -> dict[str, Any]:
+def run(seconds: float, work: Path, runtime: str = "torch") -> dict[str, Any]:
     executable = ensure_infinity()
     folder = build_cross_encoder(work / NAME)
     requests = rerank_set(64, DOCS)
     spec = write_spec(work, "peers", "/rerank", [{**body, "model": NAME} for body in requests.bodies])
-    scorekit = spawn_scorekit("scorekit", work, ("--model", str(folder), "--served-model-name", NAME))
+    scorekit = spawn_scorekit(
+        "scorekit", work, ("--model", str(folder), "--served-model-name", NAME, "--runtime", runtime)
+    )
     infinity = spawn_infinity(executable, folder, work)
     rounds: list[dict[str, dict[str, Any]]] = []
     with running(scorekit, infinity, timeout=600):
@@ -131,7 +134,13 @@ def run(seconds: float, work: Path) -> dict[str, Any]:
                     for name, server in (("scorekit", scorekit), ("infinity", infinity))
                 }
             )
-    return {"infinity": INFINITY, "docs_per_request": DOCS, "rounds": rounds, "ratios": ratios_of(rounds)}
+    return {
+        "infinity": INFINITY,
+        "scorekit_runtime": runtime,
+        "docs_per_request": DOCS,
+        "rounds": rounds,
+        "ratios": ratios_of(rounds),
+    }
 
 
 def ratios_of(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, float]]:
@@ -155,11 +164,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.peers", description=__doc__)
     parser.add_argument("--window", type=float, default=8.0, help="seconds per measured window")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="where peers.json goes")
+    parser.add_argument(
+        "--runtime",
+        choices=("torch", "onnx"),
+        default="torch",
+        help="scorekit's --runtime (Infinity runs its torch engine); onnx writes peers-onnx.json",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    results = run(args.window, Path(tempfile.mkdtemp(prefix="bench-peers-")))
+    results = run(args.window, Path(tempfile.mkdtemp(prefix="bench-peers-")), args.runtime)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "peers.json").write_text(json.dumps(results, indent=1, sort_keys=True))
+    name = "peers.json" if args.runtime == "torch" else f"peers-{args.runtime}.json"
+    (args.out / name).write_text(json.dumps(results, indent=1, sort_keys=True))
     header = f"{'concurrency':>11}  {'scorekit/Infinity docs per CPU-s':>33}  {'(per s)':>8}"
     print(f"{header}  {'Infinity p99 / scorekit p99':>28}")
     for c, ratio in results["ratios"].items():
