@@ -255,9 +255,11 @@ class Batcher:
             return self.max_batch_tokens, self.max_batch_tokens
         fixed, per_token = fit
         ceiling = int(efficiency / (1 - efficiency) * fixed / per_token)
-        # Never below min_batch_size items of the queue's mean length: a fit made on a busy machine can put
-        # the efficient length at an item or two, which the throughput measured there does not bear out.
-        floor = self.min_batch_size * -(-self._queued_tokens // max(self._queued, 1))
+        # Never below min_batch_size items, padded to the longest queued one (so padding cannot make it fewer):
+        # a fit made on a busy machine can put the efficient length at an item or two, which the throughput
+        # measured there does not bear out.
+        longest = max((job.inputs[job._pending[-1]].cost for job in self._jobs if job._pending), default=0)
+        floor = self.min_batch_size * longest
         ceiling = min(max(ceiling, floor), self.max_batch_tokens)
         waiting = [job.queued_at for job in self._jobs if job.started_at is None]
         if not waiting:

@@ -38,7 +38,7 @@ class EngineConfig:
     # the cost of the batches so far. A batch is never interrupted, so this bounds what a request arriving
     # beside a large one waits (docs/architecture.md); None: batches by tokens and size alone.
     batch_efficiency: float | None = 0.8
-    # Items a batch of that budget holds at least (of the queue's mean length): on a CPU per-item cost is
+    # Items a batch of that budget holds at least (padded to the longest queued one): on a CPU per-item cost is
     # nearly flat beyond ~16 items, and a fit made on a busy machine can ask for fewer than is worth it.
     min_batch_size: int = 16
 
