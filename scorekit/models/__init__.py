@@ -113,8 +113,6 @@ def load_backend(
     _check_runtime(runtime, None, device, dtype)
     torch_device = parse_device(device)
     torch_dtype = parse_dtype(dtype, torch_device)
-    if torch_device.type == "cpu" and runtime == "torch":
-        log_cpu_bf16(torch_dtype)
     model = local_model(model)
     source = Source(model, trust_remote_code=trust_remote_code)
     chosen = kind or detect_kind(model)
@@ -143,6 +141,9 @@ def load_backend(
                 f"(max_length={backend.max_length} of model {model!r}); scorekit can lower it, never raise it."
             )
         backend.max_length = max_model_len
+    if torch_device.type == "cpu" and runtime != "onnx":
+        # After the load: a model that fails to load gets its one error line, not a hint about bf16 before it.
+        log_cpu_bf16(torch_dtype)
     logger.info(
         "loaded %s (%s) on %s in %s in %.1f s; inputs up to %d tokens",
         model,
