@@ -6,6 +6,8 @@ import inspect
 from collections.abc import Callable, Sequence
 
 import torch
+import transformers
+from packaging.version import Version
 from transformers import AutoModelForCausalLM
 
 from scorekit.errors import InvalidRequest
@@ -13,6 +15,10 @@ from scorekit.tasks import LabelQuery, LabelScores
 
 from .base import Checkpoint, Encoded, ModelKind, Plan, no_checkpoint
 from .loading import Source, load_model, load_tokenizer, pad_batch, pad_token_id, read_max_length, tokenize
+
+# The first transformers whose models take logits_to_keep as one position per row (a (batch, 1) tensor).
+PER_ROW_LOGITS = Version("5.21")
+TRANSFORMERS = Version(transformers.__version__)
 
 
 class CausalLMBackend:
@@ -22,6 +28,12 @@ class CausalLMBackend:
 
     def __init__(self, source: Source, *, device: torch.device, dtype: torch.dtype) -> None:
         name = source.name
+        if TRANSFORMERS < PER_ROW_LOGITS:
+            # Before it, a (batch, 1) logits_to_keep indexed every row's position in every row, and forward failed.
+            raise ValueError(
+                f"Generative scoring needs transformers {PER_ROW_LOGITS} or later (logits at one position per"
+                f" prompt); this is transformers {TRANSFORMERS}."
+            )
         self._tokenizer = load_tokenizer(source)
         model = load_model(AutoModelForCausalLM, source, device, dtype, self.kind)
         # forward asks the model for the logits at one position per row, not the whole sequence.

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from packaging.version import Version
 from sentence_transformers import CrossEncoder, SentenceTransformer
 from transformers import AutoModelForCausalLM, AutoTokenizer, BertConfig, BertForSequenceClassification
 
@@ -26,6 +27,7 @@ from scorekit.models import (
     load_backend,
     loading,
 )
+from scorekit.models import causal_lm as causal_lm_module
 from scorekit.models.base import no_checkpoint
 from scorekit.tasks import EmbedOptions, PairOptions
 from tests.tiny_models import MAX_POSITIONS, build_causal_lm, build_cross_encoder
@@ -123,6 +125,16 @@ def test_cross_encoder_needs_one_label(tmp_path: Path) -> None:
     AutoTokenizer.from_pretrained(default_model_path()).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="has 2 labels; a cross-encoder needs exactly one"):
         load_backend(str(tmp_path), kind="cross-encoder")
+
+
+def test_a_causal_lm_needs_a_transformers_with_per_row_logits(
+    causal_lm_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before transformers 5.21, the model read a (batch, 1) logits_to_keep as every row's position in every row, and
+    the first batch failed: the load says so instead (seen on a machine with transformers 5.17)."""
+    monkeypatch.setattr(causal_lm_module, "TRANSFORMERS", Version("5.17.0"))
+    with pytest.raises(ValueError, match=r"needs transformers 5\.21 or later .*; this is transformers 5\.17\.0"):
+        load_backend(str(causal_lm_dir))
 
 
 @pytest.mark.parametrize("item_first", [False, True])
