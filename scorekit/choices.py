@@ -34,14 +34,16 @@ def device_error(device: str) -> str | None:
 def runtime_error(runtime: str, *, kind: str | None, device: str, dtype: str) -> str | None:
     """Why ``runtime`` cannot serve this model as asked (``kind`` None: not known yet), or None when it can."""
     if runtime not in RUNTIMES:
-        return f"unsupported runtime {runtime!r}: use {' or '.join(map(repr, RUNTIMES))}"
+        return f"unsupported runtime {runtime!r}: use {', '.join(map(repr, RUNTIMES))}"
     if runtime == "torch":
         return None
     if kind is not None and kind not in ONNX_KINDS:
         return (
-            f"--runtime onnx serves bi-encoders and cross-encoders; a {kind} reuses a shared prefix's KV cache,"
+            f"--runtime {runtime} serves bi-encoders and cross-encoders; a {kind} reuses a shared prefix's KV cache,"
             " which only --runtime torch runs"
         )
+    if runtime == "torchscript":
+        return None
     if device != "cpu":
         return f"--runtime onnx runs on the CPU only, not on {device!r}: use --runtime torch there"
     if dtype not in ("auto", "float32"):

@@ -245,8 +245,9 @@ _FLAGS = (
         "runtime",
         str,
         _SETTINGS.runtime,
-        "What runs a bi-encoder's or cross-encoder's forward: torch, or onnx (ONNX Runtime, the onnx extra; CPU"
-        " and float32 only, exported once at load and cached; docs/models.md)",
+        "What runs a bi-encoder's or cross-encoder's forward: torch; onnx (ONNX Runtime, the onnx extra; CPU"
+        " and float32 only, exported once at load and cached); or torchscript (traced at load; on a GPU it gives"
+        " the interpreter lock up far less often than torch; docs/models.md)",
         choices=RUNTIMES,
     ),
     _Flag(

@@ -15,9 +15,9 @@ MODEL_KINDS: tuple[ModelKind, ...] = get_args(ModelKind)
 LongDocuments = Literal["error", "chunk"]
 LONG_DOCUMENTS: tuple[LongDocuments, ...] = get_args(LongDocuments)
 
-# What runs a bi-encoder's or cross-encoder's forward: the torch module, or its ONNX export in ONNX Runtime (the
-# onnx extra; CPU and float32 only, see choices.runtime_error).
-Runtime = Literal["torch", "onnx"]
+# What runs a bi-encoder's or cross-encoder's forward: the torch module, its ONNX export in ONNX Runtime (the
+# onnx extra; CPU and float32 only, see choices.runtime_error), or its TorchScript trace (any device and dtype).
+Runtime = Literal["torch", "onnx", "torchscript"]
 RUNTIMES: tuple[Runtime, ...] = get_args(Runtime)
 
 # What the embedded default model answers to in `model` fields and /v1/models.

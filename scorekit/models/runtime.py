@@ -1,6 +1,7 @@
-"""What runs a bi-encoder's or cross-encoder's forward: the torch module, or (``--runtime onnx``) its ONNX export
-in ONNX Runtime. Tokenizing, padding, pooling and finishing stay the backend's, and so do the batcher, the worker,
-cancellation and metrics: only the call that turns a padded batch into the module's one output changes.
+"""What runs a bi-encoder's or cross-encoder's forward: the torch module, (``--runtime onnx``) its ONNX export
+in ONNX Runtime, or (``--runtime torchscript``) its TorchScript trace on the model's own device. Tokenizing,
+padding, pooling and finishing stay the backend's, and so do the batcher, the worker, cancellation and metrics: only
+the call that turns a padded batch into the module's one output changes.
 
 Why ONNX Runtime, and not OpenVINO: ``python -m bench.runtimes`` measured both on the same ONNX file, and ONNX
 Runtime ran more items per CPU second at batch 1 and 32, in float32, exact to 1e-6 (docs/models.md).
@@ -54,6 +55,8 @@ class ModelRuntime:
         """The call that gives ``model``'s ``output`` for a padded batch of ``input_names``."""
         if self.name == "torch":
             return lambda inputs: model(**inputs)[output]
+        if self.name == "torchscript":
+            return traced_forward(model, output, input_names)
         return onnx_forward(model, output, input_names, cache_root(self.cache_dir))
 
 
@@ -121,17 +124,57 @@ class _Output(torch.nn.Module):
         return self.model(**dict(zip(self.input_names, inputs, strict=True)))[self.output]
 
 
+def padded_sample(input_names: Sequence[str], lengths: Sequence[int], device: torch.device) -> dict[str, torch.Tensor]:
+    """A batch of one row per length, right-padded to the longest: the attention mask's path stays in a trace
+    (transformers drops an all-ones mask while tracing)."""
+    width = max(lengths)
+    sample = {
+        "input_ids": torch.tensor([[1] * n + [0] * (width - n) for n in lengths]),
+        "attention_mask": torch.tensor([[1] * n + [0] * (width - n) for n in lengths]),
+        "token_type_ids": torch.zeros(len(lengths), width, dtype=torch.long),
+    }
+    return {name: sample[name].to(device) for name in input_names}
+
+
+def traced_forward(model: PreTrainedModel, output: str, input_names: Sequence[str]) -> Forward:
+    """``model`` traced with TorchScript on its own device and dtype, checked against the module at another shape.
+
+    Why: an eager forward gives the interpreter lock up around each of its hundreds of operators and must win it
+    back every time; beside a busy event loop each win can wait the switch interval, which on a GPU (where a
+    launch takes microseconds) dwarfs the forward (``python -m bench.gil``). The trace runs its graph in C++ and
+    gives the lock up a few times per call. A trace records one path through the module's Python: a model whose
+    output would differ at another batch size or length is refused here rather than served wrong.
+    """
+    started = time.monotonic()
+    wrapped = _Output(model, output, input_names)
+    sample = padded_sample(input_names, (8, 5), model.device)
+    with warnings.catch_warnings(), torch.inference_mode():
+        # The tracer's notes on transformers' Python branches say nothing an operator can act on: the check does.
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(wrapped, tuple(sample.values()), check_trace=False)  # type: ignore[no-untyped-call]
+        other = padded_sample(input_names, (3, 11, 7), model.device)
+        expected, got = wrapped(*other.values()), traced(*other.values())
+    tolerance = 1e-4 if expected.dtype == torch.float32 else 1e-2
+    if expected.shape != got.shape or not torch.allclose(expected.float(), got.float(), atol=tolerance, rtol=0):
+        raise ValueError(
+            f"Model {model.name_or_path!r} cannot run as a TorchScript trace: the trace answers differently from"
+            " the model at another batch shape; serve it with --runtime torch."
+        )
+    logger.info("traced %s with TorchScript in %.1f s", model.name_or_path, time.monotonic() - started)
+
+    def run(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        result: torch.Tensor = traced(*(inputs[name] for name in input_names))
+        return result
+
+    return run
+
+
 def export(model: PreTrainedModel, output: str, input_names: Sequence[str], folder: Path) -> None:
     """Export to ``folder``/model.onnx through a temporary folder beside it, renamed when complete: a concurrent
     load never reads half an export, and of two processes exporting the same model, the first rename wins."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f"{folder.name}.", suffix=".part"))
-    lengths = (8, 5)  # the second row is padded: the trace keeps the attention mask
-    sample = {
-        "input_ids": torch.tensor([[1] * 8, [1] * 5 + [0] * 3]),
-        "attention_mask": torch.tensor([[1] * n + [0] * (8 - n) for n in lengths]),
-        "token_type_ids": torch.zeros(2, 8, dtype=torch.long),
-    }
+    sample = padded_sample(input_names, (8, 5), torch.device("cpu"))
     axes = {name: {0: "batch", 1: "length"} for name in (*input_names, output)}
     try:
         # The exporter's own warnings (its deprecation, the tracer's notes on transformers' Python branches) say
@@ -140,7 +183,7 @@ def export(model: PreTrainedModel, output: str, input_names: Sequence[str], fold
             warnings.simplefilter("ignore")
             torch.onnx.export(
                 _Output(model, output, input_names),
-                tuple(sample[name] for name in input_names),
+                tuple(sample.values()),
                 str(scratch / MODEL_FILE),
                 input_names=list(input_names),
                 output_names=[output],

@@ -1,26 +1,32 @@
-"""--runtime onnx serves what --runtime torch serves, to 1e-5, through a real server: the embedded MiniLM's
+"""Each runtime beside torch serves what --runtime torch serves, to 1e-5, through a real server: the embedded MiniLM's
 embeddings and a tiny cross-encoder's scores and logits, over inputs of several lengths (padded batches) and one
-alone (a batch of one). The export is made once and reused from the cache by the next load."""
+alone (a batch of one). --runtime onnx makes its export once and reuses it from the cache at the next load;
+--runtime torchscript refuses a trace that answers differently from its model. Both refuse the LLM kinds."""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 from scorekit.app import create_app
 from scorekit.models import load_backend
-from scorekit.settings import ModelSpec, Settings
+from scorekit.settings import ModelSpec, Runtime, Settings
 from tests.e2e.texts import DOCS, QUERY
 from tests.live import Live, serve
 
-pytest.importorskip("onnxruntime")
 pytestmark = pytest.mark.e2e
 
 TEXTS = [QUERY, *DOCS, "", "a much longer text that runs on, " * 12]
 ATOL = 1e-5
+HAS_ONNX = importlib.util.find_spec("onnxruntime") is not None
+needs_onnx = pytest.mark.skipif(not HAS_ONNX, reason="the onnx extra is not installed")
+RUNTIMES = [pytest.param("onnx", marks=needs_onnx), "torchscript"]
 
 
 @pytest.fixture(scope="module")
@@ -30,15 +36,12 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def both(cross_encoder_dir: Path, cache: Path) -> Iterator[Live]:
-    """MiniLM and the tiny cross-encoder, each served by torch and by ONNX Runtime in one server."""
+    """MiniLM and the tiny cross-encoder, each served by torch and by every other runtime here, in one server."""
     folder = str(cross_encoder_dir)
-    models = (
-        ModelSpec(name="minilm-torch"),
-        ModelSpec(name="minilm-onnx", runtime="onnx", cache_dir=str(cache)),
-        ModelSpec(folder, "ce-torch"),
-        ModelSpec(folder, "ce-onnx", runtime="onnx", cache_dir=str(cache)),
-    )
-    with serve(create_app(Settings(models=models))) as live:
+    runtimes: list[Runtime] = ["torch", "torchscript", *(["onnx"] if HAS_ONNX else [])]  # type: ignore[list-item]
+    models = [ModelSpec(name=f"minilm-{runtime}", runtime=runtime, cache_dir=str(cache)) for runtime in runtimes]
+    models += [ModelSpec(folder, f"ce-{runtime}", runtime=runtime, cache_dir=str(cache)) for runtime in runtimes]
+    with serve(create_app(Settings(models=tuple(models)))) as live:
         yield live
 
 
@@ -55,20 +58,23 @@ def _scores(live: Live, model: str, documents: list[str], activation: bool) -> l
     return [row["score"] for row in answer["data"]]
 
 
+@pytest.mark.parametrize("runtime", RUNTIMES)
 @pytest.mark.parametrize("texts", [TEXTS, TEXTS[-1:]], ids=["padded", "alone"])
-def test_embeddings_match_torch(both: Live, texts: list[str]) -> None:
-    expected, got = _embeddings(both, "minilm-torch", texts), _embeddings(both, "minilm-onnx", texts)
+def test_embeddings_match_torch(both: Live, texts: list[str], runtime: str) -> None:
+    expected, got = _embeddings(both, "minilm-torch", texts), _embeddings(both, f"minilm-{runtime}", texts)
     for want, have in zip(expected, got, strict=True):
         assert have == pytest.approx(want, abs=ATOL)
 
 
+@pytest.mark.parametrize("runtime", RUNTIMES)
 @pytest.mark.parametrize("activation", [True, False], ids=["sigmoid", "logit"])
-def test_cross_encoder_scores_match_torch(both: Live, activation: bool) -> None:
+def test_cross_encoder_scores_match_torch(both: Live, activation: bool, runtime: str) -> None:
     for documents in (TEXTS, TEXTS[-1:]):
         expected = _scores(both, "ce-torch", documents, activation)
-        assert _scores(both, "ce-onnx", documents, activation) == pytest.approx(expected, abs=ATOL)
+        assert _scores(both, f"ce-{runtime}", documents, activation) == pytest.approx(expected, abs=ATOL)
 
 
+@needs_onnx
 def test_a_second_load_reuses_the_export(
     both: Live, cross_encoder_dir: Path, cache: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -81,3 +87,22 @@ def test_a_second_load_reuses_the_export(
     assert any(line.startswith("reusing the ONNX export of") for line in said), said
     assert not any(line.startswith("exported") for line in said), said
     assert sorted(cache.glob("onnx/*")) == exports
+
+
+def test_a_trace_that_answers_differently_is_refused(cross_encoder_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trace follows one path through the model's Python; one that would score other shapes wrong never serves."""
+    trace = torch.jit.trace
+
+    def off_by_one(module: torch.nn.Module, sample: Any, **kwargs: Any) -> Any:
+        traced = trace(module, sample, **kwargs)
+        return lambda *inputs: traced(*inputs) + 1
+
+    monkeypatch.setattr(torch.jit, "trace", off_by_one)
+    with pytest.raises(ValueError, match=r"cannot run as a TorchScript trace.*--runtime torch"):
+        load_backend(str(cross_encoder_dir), runtime="torchscript")
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_the_llm_kinds_are_refused(causal_lm_dir: Path, runtime: Runtime) -> None:
+    with pytest.raises(ValueError, match=f"--runtime {runtime} serves bi-encoders and cross-encoders; a causal-lm"):
+        load_backend(str(causal_lm_dir), runtime=runtime)
