@@ -202,13 +202,14 @@ def _yours(folder: str) -> Kind:
     return Kind(Path(folder).name, folder, "llm-reranker" if kind == "causal-lm" else kind, pair_scores)
 
 
-def measure(kind: Kind, queries: Sequence[str], docs: Sequence[str]) -> Agreement:
-    """One kind's scores in float32 and in bfloat16, loaded the way ``scorekit serve --dtype`` loads them."""
-    scores = []
-    for dtype in ("float32", "bfloat16"):
-        backend = load_backend(kind.folder, kind=kind.kind, dtype=dtype)
-        scores.append(kind.score(backend, queries, docs))
-    return compare(scores[0], scores[1])
+def measure(
+    kind: Kind, queries: Sequence[str], docs: Sequence[str], device: str = "cpu", dtype: str = "bfloat16"
+) -> Agreement:
+    """One kind's scores in ``dtype`` on ``device`` against float32 on the CPU, each loaded the way
+    ``scorekit serve --device --dtype`` loads it."""
+    exact = kind.score(load_backend(kind.folder, kind=kind.kind), queries, docs)
+    approximate = kind.score(load_backend(kind.folder, kind=kind.kind, device=device, dtype=dtype), queries, docs)
+    return compare(exact, approximate)
 
 
 def cpu_time_ratio(docs: Sequence[str], repeats: int = 3) -> float:
@@ -233,19 +234,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--queries", type=int, default=len(QUERIES), help="how many of the 50 queries")
     parser.add_argument("--documents", type=int, default=DOCUMENTS, help="documents per query (at most ~500)")
     parser.add_argument("--model", help="measure this model folder instead (one that /rerank serves)")
+    parser.add_argument("--device", default="cpu", help="where the measured dtypes run (cuda: a GPU's kernels)")
+    parser.add_argument("--dtypes", default="bfloat16", help="comma-separated dtypes measured against CPU float32")
     args = parser.parse_args(argv)
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # the tiny models' "Writing model shards" bars
     queries, docs = QUERIES[: args.queries], documents(args.documents)
     print(f"{len(queries)} queries x {len(docs)} documents; native bf16: {', '.join(native_bf16()) or 'none'}")
-    print(f"{'kind':30} {'max |bf16 - fp32|':>17} {'mean':>8} {'top-10 set changed':>18} {'order changed':>13}")
+    print(f"against float32 on the CPU: {args.dtypes} on {args.device}")
+    header = f"{'kind':30} {'dtype':>8} {'max |diff|':>10} {'mean':>8} {'top-10 set changed':>18} {'order changed':>13}"
+    print(header)
     with tempfile.TemporaryDirectory() as work:
         for kind in [_yours(args.model)] if args.model else kinds(Path(work), docs):
-            found = measure(kind, queries, docs)
-            print(
-                f"{kind.name:30} {found.max_abs_diff:17.5f} {found.mean_abs_diff:8.5f} "
-                f"{found.top_set_changed:18.0%} {found.top_order_changed:13.0%}"
-            )
-    print(f"MiniLM forward, {BATCH} documents: bf16 takes {cpu_time_ratio(docs):.1f}x the CPU time of float32")
+            for dtype in args.dtypes.split(","):
+                found = measure(kind, queries, docs, args.device, dtype)
+                print(
+                    f"{kind.name:30} {dtype:>8} {found.max_abs_diff:10.5f} {found.mean_abs_diff:8.5f} "
+                    f"{found.top_set_changed:18.0%} {found.top_order_changed:13.0%}"
+                )
+    if args.device == "cpu":
+        print(f"MiniLM forward, {BATCH} documents: bf16 takes {cpu_time_ratio(docs):.1f}x the CPU time of float32")
 
 
 if __name__ == "__main__":

@@ -92,13 +92,19 @@ def test_a_bf16_server_reranks_within_the_documented_error(minilm: Backend) -> N
     """End to end: MiniLM served in bfloat16 by uvicorn (``Settings(dtype=...)``, as ``--dtype``), /rerank's
     scores against float32's."""
     exact = pair_scores(minilm, QUERY_SET[:1], DOCS)[0]
-    with serve(create_app(Settings(dtype="bfloat16"))) as live:
-        status, body = live.json("POST", "/rerank", {"query": QUERY_SET[0], "documents": DOCS})
+    got = served_rerank(Settings(dtype="bfloat16"), QUERY_SET[0], DOCS)
+    assert 0 < float((got - exact).abs().max()) <= MINILM_ERROR
+
+
+def served_rerank(settings: Settings, query: str, documents: list[str]) -> torch.Tensor:
+    """/rerank's scores from a server started with ``settings``, in the documents' order."""
+    with serve(create_app(settings)) as live:
+        status, body = live.json("POST", "/rerank", {"query": query, "documents": documents})
     assert status == 200, body
-    got = torch.zeros(len(DOCS))
+    got = torch.zeros(len(documents))
     for result in body["results"]:
         got[result["index"]] = result["relevance_score"]
-    assert 0 < float((got - exact).abs().max()) <= MINILM_ERROR
+    return got
 
 
 # The start-up line
