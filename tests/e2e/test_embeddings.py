@@ -108,7 +108,9 @@ def test_tei_embed_normalizes_by_default_and_answers_the_pooled_vector_without(
     pooled = _pooled(reference, TEXTS)
     torch.testing.assert_close(torch.tensor(raw.json()), pooled, rtol=0, atol=ATOL)
     assert pooled.norm(dim=1).min() > 1.5, "MiniLM's pooled vectors are not unit length: the test would be blind"
-    assert one.json() == default.json()[:1]
+    # Another request, so another batch: one text alone is not padded like the batch of six, and the CPU's kernels
+    # may sum it in another order (equal here on an AMD EPYC, 5e-8 apart on an Intel Xeon with AVX-512).
+    torch.testing.assert_close(torch.tensor(one.json()), torch.tensor(default.json()[:1]), rtol=0, atol=ATOL)
 
 
 def test_tei_truncate_cuts_an_over_long_input_and_its_absence_refuses_it(
