@@ -336,26 +336,34 @@ def encode_pairs(
     limits: Limits,
     checkpoint: Checkpoint,
 ) -> list[Encoded]:
-    """Pair i is (firsts[i], seconds[i]) as one sequence with the pair template's special tokens.
-
-    Each distinct text is tokenized once and the pairs are joined by the tokenizer's own post-processor,
-    which is what tokenizing the pair does inside the tokenizers library: a 1:N request tokenizes its
-    query once, not N times.
-    """
+    """Pair i is (firsts[i], seconds[i]) as one sequence with the pair template's special tokens
+    (see :func:`joined_pairs`)."""
     if len(firsts) != len(seconds):
         raise ValueError(f"Got {len(firsts)} queries but {len(seconds)} documents; pairs need both.")
     check_chars(zip(map(len, firsts), map(len, seconds), strict=True), limits)
-    encodings = tokenize_distinct(tokenizer, [*firsts, *seconds], checkpoint)
-    backend = tokenizer.backend_tokenizer
     with_types = "token_type_ids" in tokenizer.model_input_names
-    encoded = []
-    for index, (first, second) in enumerate(zip(firsts, seconds, strict=True)):
+    pairs = joined_pairs(tokenizer, firsts, seconds, checkpoint)
+    return [fit(pair, index, limits, with_types, parts) for index, (pair, parts) in enumerate(pairs)]
+
+
+def joined_pairs(
+    tokenizer: PreTrainedTokenizerBase, firsts: Sequence[str], seconds: Sequence[str], checkpoint: Checkpoint
+) -> Iterator[tuple[Encoding, tuple[Encoding, Encoding]]]:
+    """Pair i joined by the tokenizer's own post-processor (what tokenizing the pair does inside the tokenizers
+    library), with the two halves it was joined from, in order.
+
+    Each distinct first text is tokenized once, up front (a 1:N request's query once, not N times); the
+    second texts a chunk at a time (:func:`tokenize_chunks`), so a rerank holds one chunk of its documents'
+    encodings at a time, not all of them. ``checkpoint`` runs every ``PAIRS_PER_CHECKPOINT`` pairs as well.
+    """
+    heads = tokenize_distinct(tokenizer, firsts, checkpoint)
+    tails = (encoding for chunk in tokenize_chunks(tokenizer, seconds, False, checkpoint) for encoding in chunk)
+    backend = tokenizer.backend_tokenizer
+    for index, (first, second) in enumerate(zip(firsts, tails, strict=True)):
         if index % PAIRS_PER_CHECKPOINT == 0:
             checkpoint()
-        parts = encodings[first], encodings[second]
-        pair = backend.post_process(*parts, add_special_tokens=True)
-        encoded.append(fit(pair, index, limits, with_types, parts))
-    return encoded
+        parts = heads[first], second
+        yield backend.post_process(*parts, add_special_tokens=True), parts
 
 
 def encode_pair_windows(
@@ -369,16 +377,10 @@ def encode_pair_windows(
     """Pair i as windows: the joined pair with only a window of the second text's tokens, each window as long
     as fits beside the first text and the special tokens. Also, per pair, its windows' character ranges in
     the second text."""
-    encodings = tokenize_distinct(tokenizer, [*firsts, *seconds], checkpoint)
-    backend = tokenizer.backend_tokenizer
     with_types = "token_type_ids" in tokenizer.model_input_names
     encoded: list[Encoded] = []
     spans: list[list[tuple[int, int]]] = []
-    for index, (first, second) in enumerate(zip(firsts, seconds, strict=True)):
-        if index % PAIRS_PER_CHECKPOINT == 0:
-            checkpoint()
-        parts = encodings[first], encodings[second]
-        pair = backend.post_process(*parts, add_special_tokens=True)
+    for index, (pair, parts) in enumerate(joined_pairs(tokenizer, firsts, seconds, checkpoint)):
         ids, types = pair.ids, pair.type_ids
         start, length = _pair_spans(ids, *parts)[1]
         rest = len(ids) - length
