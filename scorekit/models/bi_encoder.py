@@ -92,7 +92,8 @@ class BiEncoderBackend:
             else:
                 queries = embeddings[[row_of[a, cut_query] for a, _ in pairing.distinct]]
             # One dot product per row, each summed in the same order: a pair's score never depends on its row.
-            scores: list[float] = (queries * documents).sum(-1).tolist()
+            # The products overwrite ``documents`` (a copy made above): no third N-row tensor at the peak.
+            scores: list[float] = documents.mul_(queries).sum(-1).tolist()
             # The query once per side-1 entry, as vLLM counts.
             tokens = sum(inputs[row_of[text, cut_query]].cost for text in side1)
             tokens += sum(inputs[row_of[text, cut_document]].cost for text in side2)
@@ -162,9 +163,10 @@ class BiEncoderBackend:
 
 
 def _finish(outputs: list[torch.Tensor], *, normalize: bool) -> torch.Tensor:
-    """The embeddings, one row per output: what sentence-transformers' Normalize module does, when asked."""
+    """The embeddings, one row per output: what sentence-transformers' Normalize module does, when asked
+    (in place: a request's rows are stacked once, not copied again)."""
     pooled = torch.stack(outputs)
-    return functional.normalize(pooled, p=2, dim=1) if normalize else pooled
+    return functional.normalize(pooled, p=2, dim=1, out=pooled) if normalize else pooled
 
 
 def _pool(mode: Pooling, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
