@@ -86,14 +86,16 @@ class BiEncoderBackend:
 
         def finish(inputs: list[Encoded], outputs: list[torch.Tensor]) -> PairScores:
             embeddings = _finish(outputs, normalize=True)
-            documents = embeddings[[row_of[b, cut_document] for _, b in pairing.distinct]]
-            if len(side1) == 1:  # 1:N: the query's one row, broadcast, not N copies of it
-                queries = embeddings[row_of[side1[0], cut_query]].expand_as(documents)
+            documents = [row_of[b, cut_document] for _, b in pairing.distinct]
+            # One dot product per row, each summed in the same order: a pair's score never depends on its row.
+            # The products overwrite rows that are not needed after: no other N-row tensor beside the embeddings.
+            if len(side1) == 1:  # 1:N: every row times the query's one row (a copy, as its row is overwritten)
+                query = embeddings[row_of[side1[0], cut_query]].clone()
+                products = embeddings.mul_(query).sum(-1)[documents]
             else:
                 queries = embeddings[[row_of[a, cut_query] for a, _ in pairing.distinct]]
-            # One dot product per row, each summed in the same order: a pair's score never depends on its row.
-            # The products overwrite ``documents`` (a copy made above): no third N-row tensor at the peak.
-            scores: list[float] = documents.mul_(queries).sum(-1).tolist()
+                products = embeddings[documents].mul_(queries).sum(-1)
+            scores: list[float] = products.tolist()
             # The query once per side-1 entry, as vLLM counts.
             tokens = sum(inputs[row_of[text, cut_query]].cost for text in side1)
             tokens += sum(inputs[row_of[text, cut_document]].cost for text in side2)
