@@ -88,6 +88,22 @@ def test_bi_encoder_matches_sentence_transformers(minilm: BiEncoderBackend) -> N
     torch.testing.assert_close(cosines, expected_cosines, rtol=0, atol=1e-5)
 
 
+def test_bi_encoder_one_query_scores_equal_the_zipped_pairs_bit_for_bit(minilm: BiEncoderBackend) -> None:
+    """1:N multiplies every embedding by the query's in place; N:N multiplies the rows it picks: the same
+    floats, from the same forward, and the cosines of the embeddings."""
+    query, documents = PAIRS[0][0], [document for _, document in PAIRS]
+
+    def scores(side1: list[str]) -> list[float]:
+        plan = minilm.plan_pairs(side1, documents, PairOptions(), lambda s, i: f"{s}[{i}]")
+        inputs = plan.encode(no_checkpoint)
+        return plan.finish(inputs, minilm.forward(inputs)).scores
+
+    one_query = scores([query])
+    assert one_query == scores([query] * len(documents))
+    embeddings = _embed(minilm, [query, *documents], EmbedOptions(normalize=True))
+    torch.testing.assert_close(torch.tensor(one_query), embeddings[1:] @ embeddings[0], rtol=0, atol=1e-6)
+
+
 def test_cross_encoder_matches_cross_encoder_predict(
     cross_encoder: CrossEncoderBackend, cross_encoder_dir: Path
 ) -> None:
