@@ -86,13 +86,16 @@ class BiEncoderBackend:
 
         def finish(inputs: list[Encoded], outputs: list[torch.Tensor]) -> PairScores:
             embeddings = _finish(outputs, normalize=True)
-            documents = embeddings[[row_of[b, cut_document] for _, b in pairing.distinct]]
-            if len(side1) == 1:  # 1:N: the query's one row, broadcast, not N copies of it
-                queries = embeddings[row_of[side1[0], cut_query]].expand_as(documents)
+            documents = [row_of[b, cut_document] for _, b in pairing.distinct]
+            # One dot product per row, each summed in the same order: a pair's score never depends on its row.
+            # The products overwrite rows that are not needed after: no other N-row tensor beside the embeddings.
+            if len(side1) == 1:  # 1:N: every row times the query's one row (a copy, as its row is overwritten)
+                query = embeddings[row_of[side1[0], cut_query]].clone()
+                products = embeddings.mul_(query).sum(-1)[documents]
             else:
                 queries = embeddings[[row_of[a, cut_query] for a, _ in pairing.distinct]]
-            # One dot product per row, each summed in the same order: a pair's score never depends on its row.
-            scores: list[float] = (queries * documents).sum(-1).tolist()
+                products = embeddings[documents].mul_(queries).sum(-1)
+            scores: list[float] = products.tolist()
             # The query once per side-1 entry, as vLLM counts.
             tokens = sum(inputs[row_of[text, cut_query]].cost for text in side1)
             tokens += sum(inputs[row_of[text, cut_document]].cost for text in side2)
@@ -162,9 +165,10 @@ class BiEncoderBackend:
 
 
 def _finish(outputs: list[torch.Tensor], *, normalize: bool) -> torch.Tensor:
-    """The embeddings, one row per output: what sentence-transformers' Normalize module does, when asked."""
+    """The embeddings, one row per output: what sentence-transformers' Normalize module does, when asked
+    (in place: a request's rows are stacked once, not copied again)."""
     pooled = torch.stack(outputs)
-    return functional.normalize(pooled, p=2, dim=1) if normalize else pooled
+    return functional.normalize(pooled, p=2, dim=1, out=pooled) if normalize else pooled
 
 
 def _pool(mode: Pooling, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

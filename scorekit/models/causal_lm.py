@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM
 from scorekit.errors import InvalidRequest
 from scorekit.tasks import LabelQuery, LabelScores
 
-from .base import Checkpoint, Encoded, ModelKind, Plan, no_checkpoint
+from .base import Checkpoint, Encoded, ModelKind, Plan, no_checkpoint, token_array
 from .loading import Source, load_model, load_tokenizer, pad_batch, pad_token_id, read_max_length, tokenize
 
 # The first transformers whose models take logits_to_keep as one position per row (a (batch, 1) tensor).
@@ -139,7 +139,7 @@ class CausalLMBackend:
             if not prompt:
                 raise InvalidRequest(f"The prompt for item {index} is empty.", f"items[{index}]")
             truncated = len(first) + len(second) > cut
-            prompts.append(Encoded(prompt, label_token_ids=labels, truncated=truncated))
+            prompts.append(Encoded(token_array(prompt), label_token_ids=labels, truncated=truncated))
         return prompts
 
     def forward(self, batch: Sequence[Encoded]) -> list[torch.Tensor]:

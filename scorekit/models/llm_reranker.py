@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,7 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 from scorekit.errors import InputTooLong, InvalidRequest
 from scorekit.tasks import PairOptions, PairScores, ParamOf
 
-from .base import Checkpoint, Encoded, Limits, ModelKind, Plan, SharedPrefix
+from .base import Checkpoint, Encoded, Limits, ModelKind, Plan, SharedPrefix, token_array
 from .loading import (
     Source,
     check_chars,
@@ -31,6 +32,7 @@ from .loading import (
     load_model,
     load_tokenizer,
     pad_token_id,
+    padded,
     read_max_length,
     tokenize_distinct,
 )
@@ -156,9 +158,9 @@ class LLMRerankerBackend:
         if keep is None:
             if len(ids) > request_limits.max_length:
                 raise InputTooLong(index, len(ids), request_limits.max_length)
-            return Encoded(ids, label_token_ids=self._labels)
+            return Encoded(token_array(ids), label_token_ids=self._labels)
         if len(ids) <= keep:
-            return Encoded(ids, label_token_ids=self._labels)
+            return Encoded(token_array(ids), label_token_ids=self._labels)
         excess = len(ids) - keep
         dropped = []
         for start, end in (prompt.document, prompt.query):
@@ -172,7 +174,7 @@ class LLMRerankerBackend:
                 "truncate_prompt_tokens",
             )
         kept = [token for i, token in enumerate(ids) if not any(low <= i < high for low, high in dropped)]
-        return Encoded(kept, label_token_ids=self._labels, truncated=True)
+        return Encoded(token_array(kept), label_token_ids=self._labels, truncated=True)
 
     def _windows(self, prompt: _Prompt, index: int, options: PairOptions) -> list[tuple[int, int]]:
         """The document's token windows that each fit beside the rest of the prompt."""
@@ -202,23 +204,21 @@ class LLMRerankerBackend:
                     outputs[row] = values
         return outputs
 
-    def _last_logits(self, prompts: list[list[int]], shared: int) -> torch.Tensor:
+    def _last_logits(self, prompts: list[array[int]], shared: int) -> torch.Tensor:
         """Label logits at the last token of each prompt; their first ``shared`` tokens are the same and run once.
 
         The rest of each prompt is left-padded, so every last token is at the last position and the model
         computes logits there only; position ids count real tokens, so the padding moves nothing."""
         cache_kwargs: dict[str, Any] = {}
         if shared:
-            prefix = torch.tensor([prompts[0][:shared]], device=self._device)
+            prefix = torch.tensor([prompts[0][:shared].tolist()], device=self._device)
             output = self._model(input_ids=prefix, use_cache=True, logits_to_keep=1)
             cache = getattr(output, self._cache_argument)
             cache.batch_repeat_interleave(len(prompts))
             cache_kwargs = {self._cache_argument: cache}
-        rests = [prompt[shared:] for prompt in prompts]
-        width = max(map(len, rests))
-        ids = torch.tensor([[self._pad_id] * (width - len(rest)) + rest for rest in rests], device=self._device)
-        real = torch.tensor([[0] * (width - len(rest)) + [1] * len(rest) for rest in rests], device=self._device)
-        mask = torch.cat([torch.ones(len(rests), shared, dtype=real.dtype, device=self._device), real], dim=1)
+        ids, real = padded([prompt[shared:] for prompt in prompts], self._pad_id, left=True)
+        ids, real = ids.to(self._device), real.to(self._device)
+        mask = torch.cat([torch.ones(len(prompts), shared, dtype=real.dtype, device=self._device), real], dim=1)
         positions = shared + (real.cumsum(dim=1) - 1).clamp(min=0)
         logits = self._model(
             input_ids=ids,
@@ -240,9 +240,8 @@ def _characters(prompt: _Prompt, start: int, end: int) -> tuple[int, int]:
 def _window(prompt: _Prompt, start: int, end: int, labels: tuple[int, ...]) -> Encoded:
     """The prompt with only the document's tokens ``start:end``."""
     first, last = prompt.document
-    return Encoded(
-        prompt.ids[:first] + prompt.ids[first + start : first + end] + prompt.ids[last:], label_token_ids=labels
-    )
+    ids = prompt.ids[:first] + prompt.ids[first + start : first + end] + prompt.ids[last:]
+    return Encoded(token_array(ids), label_token_ids=labels)
 
 
 def _share_prefix(encoded: list[Encoded]) -> list[Encoded]:

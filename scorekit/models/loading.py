@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from scorekit.choices import DTYPES, device_error
 from scorekit.errors import InputTooLong, InvalidRequest, TruncationTooLarge
 from scorekit.tasks import Chunking, PairOptions
 
-from .base import Checkpoint, Encoded, Limits, ModelKind, TruncationSide
+from .base import Checkpoint, Encoded, Limits, ModelKind, TruncationSide, token_array
 from .windows import token_windows
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -335,26 +336,34 @@ def encode_pairs(
     limits: Limits,
     checkpoint: Checkpoint,
 ) -> list[Encoded]:
-    """Pair i is (firsts[i], seconds[i]) as one sequence with the pair template's special tokens.
-
-    Each distinct text is tokenized once and the pairs are joined by the tokenizer's own post-processor,
-    which is what tokenizing the pair does inside the tokenizers library: a 1:N request tokenizes its
-    query once, not N times.
-    """
+    """Pair i is (firsts[i], seconds[i]) as one sequence with the pair template's special tokens
+    (see :func:`joined_pairs`)."""
     if len(firsts) != len(seconds):
         raise ValueError(f"Got {len(firsts)} queries but {len(seconds)} documents; pairs need both.")
     check_chars(zip(map(len, firsts), map(len, seconds), strict=True), limits)
-    encodings = tokenize_distinct(tokenizer, [*firsts, *seconds], checkpoint)
-    backend = tokenizer.backend_tokenizer
     with_types = "token_type_ids" in tokenizer.model_input_names
-    encoded = []
-    for index, (first, second) in enumerate(zip(firsts, seconds, strict=True)):
+    pairs = joined_pairs(tokenizer, firsts, seconds, checkpoint)
+    return [fit(pair, index, limits, with_types, parts) for index, (pair, parts) in enumerate(pairs)]
+
+
+def joined_pairs(
+    tokenizer: PreTrainedTokenizerBase, firsts: Sequence[str], seconds: Sequence[str], checkpoint: Checkpoint
+) -> Iterator[tuple[Encoding, tuple[Encoding, Encoding]]]:
+    """Pair i joined by the tokenizer's own post-processor (what tokenizing the pair does inside the tokenizers
+    library), with the two halves it was joined from, in order.
+
+    Each distinct first text is tokenized once, up front (a 1:N request's query once, not N times); the
+    second texts a chunk at a time (:func:`tokenize_chunks`), so a rerank holds one chunk of its documents'
+    encodings at a time, not all of them. ``checkpoint`` runs every ``PAIRS_PER_CHECKPOINT`` pairs as well.
+    """
+    heads = tokenize_distinct(tokenizer, firsts, checkpoint)
+    tails = (encoding for chunk in tokenize_chunks(tokenizer, seconds, False, checkpoint) for encoding in chunk)
+    backend = tokenizer.backend_tokenizer
+    for index, (first, second) in enumerate(zip(firsts, tails, strict=True)):
         if index % PAIRS_PER_CHECKPOINT == 0:
             checkpoint()
-        parts = encodings[first], encodings[second]
-        pair = backend.post_process(*parts, add_special_tokens=True)
-        encoded.append(fit(pair, index, limits, with_types, parts))
-    return encoded
+        parts = heads[first], second
+        yield backend.post_process(*parts, add_special_tokens=True), parts
 
 
 def encode_pair_windows(
@@ -368,16 +377,10 @@ def encode_pair_windows(
     """Pair i as windows: the joined pair with only a window of the second text's tokens, each window as long
     as fits beside the first text and the special tokens. Also, per pair, its windows' character ranges in
     the second text."""
-    encodings = tokenize_distinct(tokenizer, [*firsts, *seconds], checkpoint)
-    backend = tokenizer.backend_tokenizer
     with_types = "token_type_ids" in tokenizer.model_input_names
     encoded: list[Encoded] = []
     spans: list[list[tuple[int, int]]] = []
-    for index, (first, second) in enumerate(zip(firsts, seconds, strict=True)):
-        if index % PAIRS_PER_CHECKPOINT == 0:
-            checkpoint()
-        parts = encodings[first], encodings[second]
-        pair = backend.post_process(*parts, add_special_tokens=True)
+    for index, (pair, parts) in enumerate(joined_pairs(tokenizer, firsts, seconds, checkpoint)):
         ids, types = pair.ids, pair.type_ids
         start, length = _pair_spans(ids, *parts)[1]
         rest = len(ids) - length
@@ -386,7 +389,8 @@ def encode_pair_windows(
         windows = token_windows(length, max_length - rest, chunking)
         for low, high in windows:
             keep = [*range(start), *range(start + low, start + high), *range(start + length, len(ids))]
-            encoded.append(Encoded([ids[i] for i in keep], [types[i] for i in keep] if with_types else None))
+            kept_types = token_array([types[i] for i in keep]) if with_types else None
+            encoded.append(Encoded(token_array([ids[i] for i in keep]), kept_types))
         offsets = parts[1].offsets
         spans.append([(offsets[low][0], offsets[high - 1][1]) if high > low else (0, 0) for low, high in windows])
     return encoded, spans
@@ -419,7 +423,7 @@ def fit(
     if limit is None and len(ids) > max_length:
         raise InputTooLong(index, len(ids), max_length)
     if limit is None or len(ids) <= limit:
-        return Encoded(ids, types)
+        return Encoded(token_array(ids), None if types is None else token_array(types))
     spans = _pair_spans(ids, *parts) if parts else _single_span(encoding.sequence_ids)
     n_special = len(ids) - sum(count for _, count in spans)
     if limit < n_special:
@@ -432,8 +436,8 @@ def fit(
         first_kept = start if limits.side == "right" else start + count - kept
         dropped += [(start, first_kept), (first_kept + kept, start + count)]
     positions = _without(len(ids), dropped)
-    kept_types = None if types is None else [types[i] for i in positions]
-    return Encoded([ids[i] for i in positions], kept_types, truncated=True)
+    kept_types = None if types is None else token_array([types[i] for i in positions])
+    return Encoded(token_array([ids[i] for i in positions]), kept_types, truncated=True)
 
 
 def _single_span(sequence_ids: list[int | None]) -> list[tuple[int, int]]:
@@ -472,14 +476,11 @@ def _without(length: int, dropped: Sequence[tuple[int, int]]) -> list[int]:
 
 def pad_batch(batch: Sequence[Encoded], pad_id: int, device: torch.device) -> dict[str, torch.Tensor]:
     """Right-pad to the longest input; the attention mask hides the padding from attention and pooling."""
-    ids = [item.input_ids for item in batch]
-    inputs = {
-        "input_ids": _padded(ids, pad_id),
-        "attention_mask": _padded([[1] * len(row) for row in ids], 0),
-    }
+    ids, mask = padded([item.input_ids for item in batch], pad_id)
+    inputs = {"input_ids": ids, "attention_mask": mask}
     types = [item.token_type_ids for item in batch if item.token_type_ids is not None]
     if len(types) == len(batch):
-        inputs["token_type_ids"] = _padded(types, 0)
+        inputs["token_type_ids"] = padded(types, 0)[0]
     if device.type == "cuda":
         # From page-locked memory the copy is one DMA with no staging copy, and it is queued without waiting:
         # the forward that reads it runs on the same stream, and torch keeps the pinned block until it is done.
@@ -487,6 +488,18 @@ def pad_batch(batch: Sequence[Encoded], pad_id: int, device: torch.device) -> di
     return {key: value.to(device) for key, value in inputs.items()}
 
 
-def _padded(rows: Sequence[list[int]], value: int) -> torch.Tensor:
-    width = max(len(row) for row in rows)
-    return torch.tensor([row + [value] * (width - len(row)) for row in rows])
+def padded(rows: Sequence[array[int]], value: int, *, left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows as one int64 tensor, padded with ``value`` to the longest on the right (or the left), and the
+    mask of their real tokens (1; padding 0).
+
+    The rows' bytes are joined and copied into the tensor's unpadded places in one go (row-major, as joined),
+    so no Python int is made per token."""
+    lengths = torch.tensor([len(row) for row in rows])
+    width = int(lengths.max())
+    places = torch.arange(width)
+    real = places >= (width - lengths)[:, None] if left else places < lengths[:, None]
+    ids = torch.full(real.shape, value, dtype=torch.long)
+    joined = bytearray().join(rows)
+    if joined:  # frombuffer refuses an empty buffer
+        ids[real] = torch.frombuffer(joined, dtype=torch.int32).long()
+    return ids, real.long()

@@ -90,6 +90,22 @@ def test_bi_encoder_matches_sentence_transformers(minilm: BiEncoderBackend) -> N
     torch.testing.assert_close(cosines, expected_cosines, rtol=0, atol=1e-5)
 
 
+def test_bi_encoder_one_query_scores_equal_the_zipped_pairs_bit_for_bit(minilm: BiEncoderBackend) -> None:
+    """1:N multiplies every embedding by the query's in place; N:N multiplies the rows it picks: the same
+    floats, from the same forward, and the cosines of the embeddings."""
+    query, documents = PAIRS[0][0], [document for _, document in PAIRS]
+
+    def scores(side1: list[str]) -> list[float]:
+        plan = minilm.plan_pairs(side1, documents, PairOptions(), lambda s, i: f"{s}[{i}]")
+        inputs = plan.encode(no_checkpoint)
+        return plan.finish(inputs, minilm.forward(inputs)).scores
+
+    one_query = scores([query])
+    assert one_query == scores([query] * len(documents))
+    embeddings = _embed(minilm, [query, *documents], EmbedOptions(normalize=True))
+    torch.testing.assert_close(torch.tensor(one_query), embeddings[1:] @ embeddings[0], rtol=0, atol=1e-6)
+
+
 def test_cross_encoder_matches_cross_encoder_predict(
     cross_encoder: CrossEncoderBackend, cross_encoder_dir: Path
 ) -> None:
@@ -163,16 +179,16 @@ def test_causal_lm_matches_single_sequence_log_softmax(
 
 def test_causal_lm_token_ids_and_no_special_tokens(causal_lm: CausalLMBackend) -> None:
     [prompt] = causal_lm.encode_prompts([7, 8], ["hello"], [1], item_first=False, add_special_tokens=True)
-    assert prompt.input_ids == [7, 8, 7592]  # a token-id query is used as it is
+    assert prompt.input_ids.tolist() == [7, 8, 7592]  # a token-id query is used as it is
     [prompt] = causal_lm.encode_prompts("hello", [[9]], [1], item_first=True, add_special_tokens=False)
-    assert prompt.input_ids == [9, 7592]
+    assert prompt.input_ids.tolist() == [9, 7592]
     assert prompt.label_token_ids == (1,)
 
 
 def test_causal_lm_keeps_the_first_max_length_minus_one_tokens(causal_lm: CausalLMBackend) -> None:
     [prompt] = causal_lm.encode_prompts("q", [LONG], [1], item_first=False, add_special_tokens=True)
     assert prompt.cost == causal_lm.max_length - 1 == MAX_POSITIONS - 1
-    assert prompt.input_ids[:4] == [CLS, 1053, SEP, 1996]  # [CLS] q [SEP] the ...
+    assert prompt.input_ids[:4].tolist() == [CLS, 1053, SEP, 1996]  # [CLS] q [SEP] the ...
     assert len(causal_lm.forward([prompt])[0]) == 1
 
 
@@ -244,11 +260,11 @@ def test_minus_one_truncates_to_the_maximum(minilm: BiEncoderBackend, cross_enco
 
 @pytest.mark.parametrize("side", ["right", "left"])
 def test_single_text_keeps_the_chosen_end_and_special_tokens(minilm: BiEncoderBackend, side: str) -> None:
-    full = minilm.encode_texts([LONG[:120]], None, None)[0].input_ids
+    full = minilm.encode_texts([LONG[:120]], None, None)[0].input_ids.tolist()
     [cut] = minilm.encode_texts([LONG[:120]], 8, "right" if side == "right" else "left")
     content = full[1:7] if side == "right" else full[-7:-1]
-    assert cut.input_ids == [CLS, *content, SEP]
-    assert cut.token_type_ids == [0] * 8
+    assert cut.input_ids.tolist() == [CLS, *content, SEP]
+    assert cut.token_type_ids is not None and cut.token_type_ids.tolist() == [0] * 8
 
 
 def test_side_none_is_the_tokenizers_side(minilm: BiEncoderBackend) -> None:
@@ -271,8 +287,9 @@ def test_pair_truncation_equals_the_tokenizers_longest_first(
             # Lists, as CrossEncoder passes them (a single call drops an empty second text).
             expected = reference(firsts, seconds, truncation="longest_first", max_length=limit)
             for row, encoded in enumerate(ours):
-                assert encoded.input_ids == expected["input_ids"][row], (side, limit, pairs[row])
-                assert encoded.token_type_ids == expected["token_type_ids"][row]
+                assert encoded.input_ids.tolist() == expected["input_ids"][row], (side, limit, pairs[row])
+                assert encoded.token_type_ids is not None
+                assert encoded.token_type_ids.tolist() == expected["token_type_ids"][row]
                 assert encoded.input_ids[0] == CLS and encoded.input_ids.count(SEP) == 2
 
 

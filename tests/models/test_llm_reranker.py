@@ -84,7 +84,7 @@ def test_a_template_beside_the_weights_is_detected_and_used(qwen3_dir: Path, tmp
     assert loaded.template.segments == ("Q: {query}\nD: {document}\nRelevant:",)
     [encoded] = _encode(loaded, ["q"], ["d"])
     expected = loaded._tokenizer("Q: q\nD: d\nRelevant:", add_special_tokens=False)["input_ids"]
-    assert encoded.input_ids == expected
+    assert encoded.input_ids.tolist() == expected
 
 
 def test_a_reranker_named_so_is_detected(qwen3_dir: Path, tmp_path: Path) -> None:

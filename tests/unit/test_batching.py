@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 from scorekit.batching import BatchCost, Batcher, ModelJob, QueueFull
 from scorekit.engine import Engine
 from scorekit.jobs import Job
-from scorekit.models.base import Encoded, ModelKind
+from scorekit.models.base import Encoded, ModelKind, token_array
 from scorekit.settings import EngineConfig
 
 
 def job_of(lengths: list[int]) -> Job:
-    return Job([Encoded(list(range(n))) for n in lengths], notify=lambda: None)
+    return Job([Encoded(token_array(range(n))) for n in lengths], notify=lambda: None)
 
 
 def drain(batcher: Batcher) -> list[list[tuple[int, int]]]:
@@ -131,7 +131,7 @@ def test_fail_all_answers_every_queued_job_and_closes() -> None:
 def test_a_model_job_keeps_copies_of_its_outputs_not_views_of_the_batch_result() -> None:
     """Each delivered output is copied into the job's one tensor, so a batch's result can be freed once
     the batch is delivered (views kept for a long request fragmented the heap; docs/benchmarks.md 6b)."""
-    job = ModelJob([Encoded([1, 2]) for _ in range(3)], notify=lambda: None)
+    job = ModelJob([Encoded(token_array([1, 2])) for _ in range(3)], notify=lambda: None)
     first, second = torch.randn(2, 4), torch.randn(1, 4)
     for index, row in ((2, first[0]), (0, first[1]), (1, second[0])):
         job.deliver(index, row)
@@ -145,7 +145,7 @@ def test_a_model_job_keeps_copies_of_its_outputs_not_views_of_the_batch_result()
 
 
 def test_a_model_job_keeps_an_output_of_another_shape_as_it_came() -> None:
-    job = ModelJob([Encoded([1]) for _ in range(2)], notify=lambda: None)
+    job = ModelJob([Encoded(token_array([1])) for _ in range(2)], notify=lambda: None)
     job.deliver(0, torch.zeros(3))
     odd = torch.ones(5)
     job.deliver(1, odd)

@@ -19,7 +19,7 @@ from scorekit.batching import Batcher
 from scorekit.engine import Engine
 from scorekit.errors import Overloaded, QueueTimeout
 from scorekit.jobs import Job
-from scorekit.models.base import Encoded
+from scorekit.models.base import Encoded, token_array
 from scorekit.settings import EngineConfig
 
 WAIT = 30.0  # seconds; only a hang reaches it
@@ -34,7 +34,7 @@ class Clock:
 
 
 def job_of(lengths: list[int]) -> Job:
-    return Job([Encoded([0] * n) for n in lengths], notify=lambda: None)
+    return Job([Encoded(token_array([0] * n)) for n in lengths], notify=lambda: None)
 
 
 def batcher_with(clock: Clock, limit: float | None = 5.0) -> Batcher:
@@ -173,7 +173,7 @@ def test_the_engine_answers_a_request_still_queued_at_its_deadline_and_none_of_i
         async def main() -> None:
             assert await anyio.to_thread.run_sync(backend.entered.wait, WAIT)
             with pytest.raises(QueueTimeout), anyio.fail_after(WAIT):
-                await engine.run([Encoded([0] * 5), Encoded([0] * 6)])
+                await engine.run([Encoded(token_array([0] * 5)), Encoded(token_array([0] * 6))])
 
         anyio.run(main)
         assert (engine.batcher.queued, engine.batcher.queued_tokens) == (1, 4)  # only the holder's last item

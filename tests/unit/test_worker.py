@@ -10,7 +10,7 @@ import torch
 from scorekit.batching import Batcher
 from scorekit.errors import ModelFailure
 from scorekit.jobs import Job
-from scorekit.models.base import Encoded
+from scorekit.models.base import Encoded, token_array
 from scorekit.worker import ModelWorker
 
 
@@ -44,7 +44,7 @@ def run_jobs(*jobs: Job, batch_size: int) -> ModelWorker:
 
 
 def make_job(lengths: list[int], done: threading.Event) -> Job:
-    return Job([Encoded([0] * n) for n in lengths], notify=done.set)
+    return Job([Encoded(token_array([0] * n)) for n in lengths], notify=done.set)
 
 
 def test_outputs_come_back_in_input_order() -> None:

@@ -17,7 +17,7 @@ import torch
 from scorekit.batching import Batcher, QueueFull
 from scorekit.errors import ModelFailure
 from scorekit.jobs import Job
-from scorekit.models.base import Encoded
+from scorekit.models.base import Encoded, token_array
 from scorekit.worker import ModelWorker
 
 WAIT = 10.0  # seconds; only a hang reaches it
@@ -64,7 +64,7 @@ class Notified:
 
 def job_of(lengths: list[int]) -> tuple[Job, Notified]:
     notified = Notified()
-    job = Job([Encoded([0] * n) for n in lengths], notify=notified)
+    job = Job([Encoded(token_array([0] * n)) for n in lengths], notify=notified)
     notified.job = job
     return job, notified
 
