@@ -1,5 +1,6 @@
 """--runtime onnx refuses, in one line and exit 2, what ONNX Runtime cannot serve: a causal LM (given or detected),
-a GPU, a dtype other than float32, and a missing extra; the library refuses the same with a ValueError."""
+a GPU, a dtype other than float32, and a missing extra; --runtime torchscript a detected causal LM too; the library
+refuses the same with a ValueError."""
 
 from __future__ import annotations
 
@@ -64,9 +65,11 @@ def test_the_library_refuses_alike(causal_lm_dir: Path) -> None:
         load_backend(str(causal_lm_dir), runtime="onnx")  # the kind detected
 
 
-def test_a_detected_causal_lm_is_refused_before_it_loads(causal_lm_dir: Path) -> None:
-    pytest.importorskip("onnxruntime")
-    result = scorekit("serve", str(causal_lm_dir), "--runtime", "onnx", "--port", str(free_port()))
+@pytest.mark.parametrize("runtime", ["onnx", "torchscript"])
+def test_a_detected_causal_lm_is_refused_before_it_loads(causal_lm_dir: Path, runtime: str) -> None:
+    if runtime == "onnx":
+        pytest.importorskip("onnxruntime")
+    result = scorekit("serve", str(causal_lm_dir), "--runtime", runtime, "--port", str(free_port()))
     line = one_line_error(result, 2)
-    assert "--runtime onnx serves bi-encoders and cross-encoders; a causal-lm" in line
+    assert f"--runtime {runtime} serves bi-encoders and cross-encoders; a causal-lm" in line
     assert line.endswith(f"(model {str(causal_lm_dir)!r} is a causal-lm) (see `scorekit serve --help`)")
