@@ -7,6 +7,8 @@ which neither server's speed depends on). Infinity runs from a virtual environme
 with ``DO_NOT_TRACK=1`` and its usage statistics off. Both run in float32 on the CPU, each with its defaults
 but OpenMP's wait policy, passive for both (scorekit's default; see ``spawn_infinity``). ``--runtime onnx``
 serves scorekit's side with ``--runtime onnx`` (ONNX Runtime, also exact in float32) against the same Infinity.
+``--dtype bfloat16`` serves both in bfloat16 (each server's best CPU option where the CPU has native bf16); their
+scores then differ by each one's rounding, so the check that both serve the same model allows bf16's error.
 
 The same /rerank bodies (one query, 16 documents) go to each server at concurrency 1, 8 and 32, the two servers
 alternating for 3 rounds; each window reports documents scored per CPU second of the server process (the form
@@ -65,11 +67,13 @@ def build_cross_encoder(folder: Path) -> Path:
     return folder
 
 
-def spawn_infinity(executable: Path, folder: Path, work: Path) -> Server:
+def spawn_infinity(executable: Path, folder: Path, work: Path, dtype: str = "float32") -> Server:
     port = free_port()
     command = [str(executable), "v2", "--model-id", str(folder), "--served-model-name", NAME]
     command += ["--host", "127.0.0.1", "--port", str(port), "--device", "cpu", "--engine", "torch"]
     command += ["--log-level", "warning", "--no-model-warmup"]
+    if dtype != "float32":  # float32 runs with Infinity's default, as before the option
+        command += ["--dtype", dtype]
     # OpenMP's passive wait policy, which `scorekit serve` sets for itself: with the default (active) one, idle
     # OpenMP threads spin and bill CPU time that does no work, which would flatter scorekit here.
     env = child_env(
@@ -83,8 +87,8 @@ def spawn_infinity(executable: Path, folder: Path, work: Path) -> Server:
     return spawn_command("infinity", command, work, "/health", env)
 
 
-def check_same_scores(servers: tuple[Server, Server], body: dict[str, Any]) -> None:
-    """Both servers answer one body with the same scores (1e-4): they serve the same model the same way."""
+def check_same_scores(servers: tuple[Server, Server], body: dict[str, Any], tolerance: float = 1e-4) -> None:
+    """Both servers answer one body with the same scores (within ``tolerance``): they serve the same model."""
     scores = []
     for server in servers:
         request = urllib.request.Request(
@@ -96,7 +100,7 @@ def check_same_scores(servers: tuple[Server, Server], body: dict[str, Any]) -> N
             results = json.loads(answer.read())["results"]
         scores.append({r["index"]: r["relevance_score"] for r in results})
     for index, score in scores[0].items():
-        if abs(score - scores[1][index]) > 1e-4:
+        if abs(score - scores[1][index]) > tolerance:
             raise SystemExit(f"the servers disagree on document {index}: {score} against {scores[1][index]}")
 
 
@@ -114,18 +118,20 @@ def window(server: Server, spec: Path, concurrency: int, seconds: float) -> dict
     }
 
 
-def run(seconds: float, work: Path, runtime: str = "torch") -> dict[str, Any]:
+def run(seconds: float, work: Path, runtime: str = "torch", dtype: str = "float32") -> dict[str, Any]:
     executable = ensure_infinity()
     folder = build_cross_encoder(work / NAME)
     requests = rerank_set(64, DOCS)
     spec = write_spec(work, "peers", "/rerank", [{**body, "model": NAME} for body in requests.bodies])
     scorekit = spawn_scorekit(
-        "scorekit", work, ("--model", str(folder), "--served-model-name", NAME, "--runtime", runtime)
+        "scorekit", work, ("--model", str(folder), "--served-model-name", NAME, "--runtime", runtime, "--dtype", dtype)
     )
-    infinity = spawn_infinity(executable, folder, work)
+    infinity = spawn_infinity(executable, folder, work, dtype)
     rounds: list[dict[str, dict[str, Any]]] = []
     with running(scorekit, infinity, timeout=600):
-        check_same_scores((scorekit, infinity), {**requests.bodies[0], "model": NAME})
+        # bf16 of a random cross-encoder moves a score by up to 0.5 (docs/benchmarks.md, "bf16 on CPU")
+        tolerance = 1e-4 if dtype == "float32" else 0.5
+        check_same_scores((scorekit, infinity), {**requests.bodies[0], "model": NAME}, tolerance)
         for _ in range(ROUNDS):
             rounds.append(
                 {
@@ -137,6 +143,7 @@ def run(seconds: float, work: Path, runtime: str = "torch") -> dict[str, Any]:
     return {
         "infinity": INFINITY,
         "scorekit_runtime": runtime,
+        "dtype": dtype,
         "docs_per_request": DOCS,
         "rounds": rounds,
         "ratios": ratios_of(rounds),
@@ -170,11 +177,18 @@ def main(argv: list[str] | None = None) -> int:
         default="torch",
         help="scorekit's --runtime (Infinity runs its torch engine); onnx writes peers-onnx.json",
     )
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="both servers' dtype; bfloat16 writes peers-bfloat16.json (or peers-onnx-bfloat16.json)",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    results = run(args.window, Path(tempfile.mkdtemp(prefix="bench-peers-")), args.runtime)
+    results = run(args.window, Path(tempfile.mkdtemp(prefix="bench-peers-")), args.runtime, args.dtype)
     args.out.mkdir(parents=True, exist_ok=True)
-    name = "peers.json" if args.runtime == "torch" else f"peers-{args.runtime}.json"
+    suffix = "".join(f"-{part}" for part in (args.runtime, args.dtype) if part not in ("torch", "float32"))
+    name = f"peers{suffix}.json"
     (args.out / name).write_text(json.dumps(results, indent=1, sort_keys=True))
     header = f"{'concurrency':>11}  {'scorekit/Infinity docs per CPU-s':>33}  {'(per s)':>8}"
     print(f"{header}  {'Infinity p99 / scorekit p99':>28}")
