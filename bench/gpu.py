@@ -193,11 +193,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "docs_per_request": DOCS,
         "models": {},
     }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as work:
         for name in models:
             results["models"][name] = measure(name, args, variants, Path(work), log)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+            # after each model, so a run cut short by a time limit keeps what it measured
+            args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"{results['device']}, {args.dtype}, torch {torch.__version__}")
     print(table(results))
     return 0
