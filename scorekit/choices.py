@@ -15,9 +15,9 @@ from pathlib import Path
 from scorekit.settings import RUNTIMES
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
-# The kinds ONNX Runtime serves: one stateless forward per batch. A causal LM reuses a shared prefix's KV cache
-# across inputs, which only the torch module keeps.
-ONNX_KINDS = ("bi-encoder", "cross-encoder")
+# The kinds a runtime other than torch (ONNX Runtime, a TorchScript trace) serves: one stateless forward per batch.
+# A causal LM reuses a shared prefix's KV cache across inputs, which only the torch module keeps.
+ONE_FORWARD_KINDS = ("bi-encoder", "cross-encoder")
 ONNX_EXTRA = "pip install -e '.[onnx]'"
 DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 # A Hugging Face hub name: "name" or "owner/name". Anything else (two slashes, a space...) can only be a path.
@@ -37,7 +37,7 @@ def runtime_error(runtime: str, *, kind: str | None, device: str, dtype: str) ->
         return f"unsupported runtime {runtime!r}: use {', '.join(map(repr, RUNTIMES))}"
     if runtime == "torch":
         return None
-    if kind is not None and kind not in ONNX_KINDS:
+    if kind is not None and kind not in ONE_FORWARD_KINDS:
         return (
             f"--runtime {runtime} serves bi-encoders and cross-encoders; a {kind} reuses a shared prefix's KV cache,"
             " which only --runtime torch runs"
