@@ -25,7 +25,7 @@ from bench.driver import write_spec
 from bench.profiles import FULL, SMOKE, Profile
 from bench.servers import ROOT, Server, running, spawn_scorekit, spawn_uvicorn
 
-SCENARIOS = ("efficiency", "batching", "disconnect", "fairness", "overhead", "growth", "llm_reranker")
+SCENARIOS = ("efficiency", "batching", "disconnect", "fairness", "overhead", "growth", "llm_reranker", "gpu")
 MODEL_SCENARIOS = {"efficiency", "batching", "disconnect", "fairness", "growth"}
 
 
@@ -49,10 +49,16 @@ def machine() -> dict[str, Any]:
 
 
 def selected(only: str | None) -> list[str]:
+    import torch
+
     names = SCENARIOS if not only else tuple(name.strip() for name in only.split(","))
     unknown = set(names) - set(SCENARIOS)
     if unknown:
         raise SystemExit(f"unknown scenarios: {sorted(unknown)}; choose from {SCENARIOS}")
+    if "gpu" in names and not torch.cuda.is_available():
+        if only:
+            raise SystemExit("the gpu scenario needs a CUDA device, and torch sees none here")
+        names = tuple(name for name in names if name != "gpu")  # the full run's GPU figure, where there is a GPU
     if "batching" in names and "efficiency" not in names:
         names = ("efficiency", *names)
     return [name for name in SCENARIOS if name in names]

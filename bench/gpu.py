@@ -173,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=1.0, help="each raw-forward measurement")
     parser.add_argument("--window", type=float, default=8.0, help="each server window (after 2 s of warm-up)")
     parser.add_argument("--variant", action="append", default=[], help="NAME=FLAGS: one more server per model")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gpu.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gpu-models.json")
     args = parser.parse_args(argv)
     models = [name.strip() for name in args.models.split(",")]
     if unknown := sorted(set(models) - set(MODELS)):

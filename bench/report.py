@@ -149,6 +149,13 @@ TARGETS = (
         lambda r: r["prefix_speedup_large"],
         lambda v: True,
     ),
+    Target(
+        "gpu",
+        "GPU c=32: server / raw fp16 forward",
+        ">= 0.90",
+        lambda r: r["ratio"],
+        lambda v: v >= 0.9,
+    ),
 )
 
 
