@@ -203,13 +203,17 @@ def _yours(folder: str) -> Kind:
 
 
 def measure(
-    kind: Kind, queries: Sequence[str], docs: Sequence[str], device: str = "cpu", dtype: str = "bfloat16"
-) -> Agreement:
-    """One kind's scores in ``dtype`` on ``device`` against float32 on the CPU, each loaded the way
-    ``scorekit serve --device --dtype`` loads it."""
+    kind: Kind, queries: Sequence[str], docs: Sequence[str], device: str, dtypes: Sequence[str]
+) -> dict[str, Agreement]:
+    """One kind's scores in each of ``dtypes`` on ``device`` against float32 on the CPU (scored once), each loaded
+    the way ``scorekit serve --device --dtype`` loads it."""
     exact = kind.score(load_backend(kind.folder, kind=kind.kind), queries, docs)
-    approximate = kind.score(load_backend(kind.folder, kind=kind.kind, device=device, dtype=dtype), queries, docs)
-    return compare(exact, approximate)
+    return {
+        dtype: compare(
+            exact, kind.score(load_backend(kind.folder, kind=kind.kind, device=device, dtype=dtype), queries, docs)
+        )
+        for dtype in dtypes
+    }
 
 
 def cpu_time_ratio(docs: Sequence[str], repeats: int = 3) -> float:
@@ -245,8 +249,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(header)
     with tempfile.TemporaryDirectory() as work:
         for kind in [_yours(args.model)] if args.model else kinds(Path(work), docs):
-            for dtype in args.dtypes.split(","):
-                found = measure(kind, queries, docs, args.device, dtype)
+            for dtype, found in measure(kind, queries, docs, args.device, args.dtypes.split(",")).items():
                 print(
                     f"{kind.name:30} {dtype:>8} {found.max_abs_diff:10.5f} {found.mean_abs_diff:8.5f} "
                     f"{found.top_set_changed:18.0%} {found.top_order_changed:13.0%}"

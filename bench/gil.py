@@ -25,11 +25,8 @@ from typing import Any
 import torch
 
 from bench.corpus import rerank_set
-from bench.gpu import MODELS, model_folder
-from scorekit.models import load_backend
-from scorekit.models.base import Encoded, PairScorer, no_checkpoint
+from bench.gpu import DOCS, MODELS, ceiling, model_folder
 from scorekit.models.loading import pad_batch
-from scorekit.tasks import PairOptions
 
 
 def rate(forward: Callable[[], object], seconds: float) -> tuple[float, float]:
@@ -61,15 +58,6 @@ def beside_python(forward: Callable[[], object], seconds: float) -> float:
         thread.join()
 
 
-def inputs_of(folder: str, device: str, dtype: str, batch: int) -> tuple[object, list[Encoded]]:
-    backend = load_backend(folder, device=device, dtype=dtype)
-    assert isinstance(backend, PairScorer)
-    encoded: list[Encoded] = []
-    for query, *documents in rerank_set(64, 16).texts:
-        encoded += backend.plan_pairs([query], documents, PairOptions(), lambda side, i: "").encode(no_checkpoint)
-    return backend, encoded[:batch]
-
-
 def first(output: Any) -> torch.Tensor:
     """The first output of an eager call (a ModelOutput) or of a trace (a dict)."""
     value = next(iter(output.values())) if isinstance(output, dict) else output[0]
@@ -79,8 +67,9 @@ def first(output: Any) -> torch.Tensor:
 
 def measure(folder: str, name: str, args: argparse.Namespace) -> str:
     """One table row: eager and traced, alone and beside a Python thread."""
-    backend, batch = inputs_of(folder, args.device, args.dtype, args.batch)
-    model = backend._model  # type: ignore[attr-defined]
+    raw = ceiling(folder, rerank_set(64, DOCS).texts, args.device, args.dtype)
+    batch = raw.inputs[: args.batch]
+    model = raw.backend._model  # type: ignore[attr-defined]
     device = torch.device(args.device)
     inputs = pad_batch(batch, 0, device)
     # The longest and the shortest input: a padded sample, so the trace keeps the attention mask's path.

@@ -27,7 +27,8 @@ import shlex
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -98,16 +99,29 @@ def window(server: Server, spec: Path, concurrency: int, seconds: float) -> dict
     }
 
 
+@dataclass(frozen=True, slots=True)
+class Run:
+    """What one measurement runs: the device and dtype, the raw forward's sweep and each measurement's seconds,
+    and the server windows."""
+
+    device: str
+    dtype: str
+    batch_sizes: Sequence[int]
+    seconds: float
+    window: float
+    concurrencies: Sequence[int]
+
+
 def measure(
-    name: str, args: argparse.Namespace, variants: dict[str, list[str]], work: Path, log: Any
+    name: str, run: Run, variants: dict[str, list[str]], work: Path, log: Callable[[str], None]
 ) -> dict[str, Any]:
     folder = model_folder(name, work)
     requests = rerank_set(64, DOCS)
     spec = write_spec(work, f"rerank-{name}", "/rerank", requests.bodies)
-    raw = ceiling(folder, requests.texts, args.device, args.dtype)
-    for size in args.batch_sizes:  # the first call of each shape pays for kernel selection and the allocator
+    raw = ceiling(folder, requests.texts, run.device, run.dtype)
+    for size in run.batch_sizes:  # the first call of each shape pays for kernel selection and the allocator
         raw.backend.forward(raw.inputs[:size])
-    sweep = raw.sweep(args.batch_sizes, args.seconds)
+    sweep = raw.sweep(run.batch_sizes, run.seconds)
     best = max(sweep, key=lambda size: sweep[size].items_per_s)
     log(f"[gpu] {name}: raw forward best at batch {best}: {sweep[best].items_per_s:.0f} items/s")
     result: dict[str, Any] = {
@@ -117,14 +131,14 @@ def measure(
         "variants": {},
     }
     for variant, flags in variants.items():
-        server_args = ["--model", folder, "--device", args.device, "--dtype", args.dtype, *flags]
+        server_args = ["--model", folder, "--device", run.device, "--dtype", run.dtype, *flags]
         server = spawn_scorekit(f"scorekit-{name}-{variant}", work, server_args)
-        rates: list[Rate] = [raw.rate(best, args.seconds)]
+        rates: list[Rate] = [raw.rate(best, run.seconds)]
         points = []
         with running(server, timeout=600):
-            for concurrency in args.concurrencies:
-                point = window(server, spec, concurrency, args.window)
-                rates.append(raw.rate(best, args.seconds))
+            for concurrency in run.concurrencies:
+                point = window(server, spec, concurrency, run.window)
+                rates.append(raw.rate(best, run.seconds))
                 point["ceiling_items_per_s"] = (rates[-2].items_per_s + rates[-1].items_per_s) / 2
                 point["ratio"] = point["server_items_per_s"] / point["ceiling_items_per_s"]
                 log(
@@ -134,7 +148,7 @@ def measure(
                 points.append(point)
         result["variants"][variant] = {"flags": flags, "points": points}
     del raw
-    if args.device.startswith("cuda"):
+    if run.device.startswith("cuda"):
         torch.cuda.empty_cache()
     return result
 
@@ -178,8 +192,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     models = [name.strip() for name in args.models.split(",")]
     if unknown := sorted(set(models) - set(MODELS)):
         raise SystemExit(f"unknown models {unknown}: choose from {','.join(MODELS)}")
-    args.concurrencies = [int(c) for c in args.concurrencies.split(",")]
-    args.batch_sizes = [int(size) for size in args.batch_sizes.split(",")]
+    run = Run(
+        device=args.device,
+        dtype=args.dtype,
+        batch_sizes=[int(size) for size in args.batch_sizes.split(",")],
+        seconds=args.seconds,
+        window=args.window,
+        concurrencies=[int(c) for c in args.concurrencies.split(",")],
+    )
     variants = parse_variants(args.variant)
 
     def log(text: str) -> None:
@@ -196,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as work:
         for name in models:
-            results["models"][name] = measure(name, args, variants, Path(work), log)
+            results["models"][name] = measure(name, run, variants, Path(work), log)
             # after each model, so a run cut short by a time limit keeps what it measured
             args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"{results['device']}, {args.dtype}, torch {torch.__version__}")

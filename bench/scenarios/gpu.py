@@ -4,18 +4,17 @@ where ``torch.cuda.is_available()``; ``python -m bench.gpu`` measures more model
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from bench.context import Context
-from bench.gpu import TARGET_CONCURRENCY, measure
+from bench.gpu import TARGET_CONCURRENCY, Run, measure
 
 BATCH_SIZES = (16, 32, 64, 128, 256, 512)
 
 
 def run(ctx: Context, device: str = "cuda", dtype: str = "float16") -> dict[str, Any]:
     p = ctx.profile
-    args = argparse.Namespace(
+    run = Run(
         device=device,
         dtype=dtype,
         batch_sizes=BATCH_SIZES if p.name == "full" else p.sweep_batch_sizes,
@@ -23,6 +22,6 @@ def run(ctx: Context, device: str = "cuda", dtype: str = "float16") -> dict[str,
         window=p.window_s,
         concurrencies=[TARGET_CONCURRENCY],
     )
-    result = measure("minilm", args, {"defaults": []}, ctx.work, lambda text: None)
+    result = measure("minilm", run, {"defaults": []}, ctx.work, lambda text: None)
     [point] = result["variants"]["defaults"]["points"]
     return {**result, "device": device, "dtype": dtype, "ratio": point["ratio"]}

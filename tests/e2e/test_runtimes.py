@@ -38,7 +38,9 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def both(cross_encoder_dir: Path, cache: Path) -> Iterator[Live]:
     """MiniLM and the tiny cross-encoder, each served by torch and by every other runtime here, in one server."""
     folder = str(cross_encoder_dir)
-    runtimes: list[Runtime] = ["torch", "torchscript", *(["onnx"] if HAS_ONNX else [])]  # type: ignore[list-item]
+    runtimes: list[Runtime] = ["torch", "torchscript"]
+    if HAS_ONNX:
+        runtimes.append("onnx")
     models = [ModelSpec(name=f"minilm-{runtime}", runtime=runtime, cache_dir=str(cache)) for runtime in runtimes]
     models += [ModelSpec(folder, f"ce-{runtime}", runtime=runtime, cache_dir=str(cache)) for runtime in runtimes]
     with serve(create_app(Settings(models=tuple(models)))) as live:

@@ -74,7 +74,7 @@ def test_auto_is_float16_on_the_gpu() -> None:
     assert next(backend._model.parameters()).dtype == torch.float16  # type: ignore[attr-defined]
 
 
-def test_a_batch_reaches_the_gpu_whole_from_pinned_memory(tmp_path: Path) -> None:
+def test_a_padded_batch_reaches_the_gpu_whole(tmp_path: Path) -> None:
     backend = load_backend(str(build_cross_encoder(tmp_path)), device="cuda")
     assert isinstance(backend, PairScorer)
     inputs = backend.plan_pairs(["q"], DOCS, PairOptions(), lambda side, index: "").encode(no_checkpoint)
