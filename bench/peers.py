@@ -118,14 +118,15 @@ def window(server: Server, spec: Path, concurrency: int, seconds: float) -> dict
     }
 
 
-def run(seconds: float, work: Path, runtime: str = "torch", dtype: str = "float32") -> dict[str, Any]:
+def run(
+    seconds: float, work: Path, runtime: str = "torch", dtype: str = "float32", model_workers: int = 1
+) -> dict[str, Any]:
     executable = ensure_infinity()
     folder = build_cross_encoder(work / NAME)
     requests = rerank_set(64, DOCS)
     spec = write_spec(work, "peers", "/rerank", [{**body, "model": NAME} for body in requests.bodies])
-    scorekit = spawn_scorekit(
-        "scorekit", work, ("--model", str(folder), "--served-model-name", NAME, "--runtime", runtime, "--dtype", dtype)
-    )
+    options = ("--model", str(folder), "--served-model-name", NAME, "--runtime", runtime, "--dtype", dtype)
+    scorekit = spawn_scorekit("scorekit", work, (*options, "--model-workers", str(model_workers)))
     infinity = spawn_infinity(executable, folder, work, dtype)
     rounds: list[dict[str, dict[str, Any]]] = []
     with running(scorekit, infinity, timeout=600):
@@ -143,6 +144,7 @@ def run(seconds: float, work: Path, runtime: str = "torch", dtype: str = "float3
     return {
         "infinity": INFINITY,
         "scorekit_runtime": runtime,
+        "scorekit_model_workers": model_workers,
         "dtype": dtype,
         "docs_per_request": DOCS,
         "rounds": rounds,
@@ -181,13 +183,24 @@ def main(argv: list[str] | None = None) -> int:
         "--dtype",
         choices=("float32", "bfloat16"),
         default="float32",
-        help="both servers' dtype; bfloat16 writes peers-bfloat16.json (or peers-onnx-bfloat16.json)",
+        help="both servers' dtype; bfloat16 writes peers-bfloat16.json (or peers-onnx-bfloat16.json, ...)",
+    )
+    parser.add_argument(
+        "--model-workers",
+        type=int,
+        choices=range(1, 9),
+        default=1,
+        metavar="N",
+        help="scorekit's --model-workers (threads running batches at once); N > 1 writes peers-workersN.json",
     )
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    results = run(args.window, Path(tempfile.mkdtemp(prefix="bench-peers-")), args.runtime, args.dtype)
+    work = Path(tempfile.mkdtemp(prefix="bench-peers-"))
+    results = run(args.window, work, args.runtime, args.dtype, args.model_workers)
     args.out.mkdir(parents=True, exist_ok=True)
-    suffix = "".join(f"-{part}" for part in (args.runtime, args.dtype) if part not in ("torch", "float32"))
+    workers = f"workers{args.model_workers}" if args.model_workers > 1 else "torch"
+    parts = (args.runtime, args.dtype, workers)
+    suffix = "".join(f"-{part}" for part in parts if part not in ("torch", "float32"))
     name = f"peers{suffix}.json"
     (args.out / name).write_text(json.dumps(results, indent=1, sort_keys=True))
     header = f"{'concurrency':>11}  {'scorekit/Infinity docs per CPU-s':>33}  {'(per s)':>8}"

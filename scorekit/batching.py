@@ -159,8 +159,10 @@ class Batcher:
         return self._queued_tokens
 
     def observe(self, items: int, tokens: int, seconds: float) -> None:
-        """A batch ran (called by the worker, a :data:`~scorekit.worker.BatchObserver`): learn its cost."""
-        self.cost.observe(tokens, seconds)
+        """A batch ran (called by the worker, a :data:`~scorekit.worker.BatchObserver`, from any of its threads):
+        learn its cost."""
+        with self._ready:
+            self.cost.observe(tokens, seconds)
 
     def submit(self, job: ModelJob) -> None:
         with self._ready:
@@ -236,7 +238,10 @@ class Batcher:
             while True:
                 self._expire_overdue()
                 if self._jobs:
-                    return self._cut()
+                    batch = self._cut()
+                    if self._jobs:  # work is left: another of the worker's threads may take it now
+                        self._ready.notify()
+                    return batch
                 if self._closed:
                     return None
                 self._ready.wait()

@@ -309,6 +309,15 @@ _FLAGS = (
         metavar="N",
     ),
     _Flag(
+        "model-workers",
+        _whole(1),
+        _ENGINE.model_workers,
+        "Threads running batches of one model at once, from one queue: on a CPU, 2 runs a small model's batches"
+        " side by side on half the intra-op threads each (a lone batch still gets them all); each thread's"
+        " batch holds its own activations",
+        metavar="N",
+    ),
+    _Flag(
         "max-queued-items", _whole(1), _ENGINE.max_queued_items, "Queued items before new requests get 503", metavar="N"
     ),
     _Flag(
@@ -576,6 +585,7 @@ def _model_specs(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
         max_queue_wait=args.max_queue_wait,
         batch_efficiency=args.batch_efficiency or None,  # 0: off
         min_batch_size=args.min_batch_size,
+        model_workers=args.model_workers,
     )
     specs = []
     for entry in entries:

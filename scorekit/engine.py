@@ -94,7 +94,7 @@ class EngineObserver(Protocol):
 
 
 class Engine:
-    """One model, its batcher and its worker thread."""
+    """One model, its batcher and its worker (one thread, or ``model_workers``)."""
 
     def __init__(self, backend: Backend, config: EngineConfig, *, observer: EngineObserver) -> None:
         self.backend = backend
@@ -119,6 +119,7 @@ class Engine:
             close=batcher.close,
             on_death=batcher.fail_all,
             on_batch=on_batch,
+            threads=config.model_workers,
         )
         self._observer = observer
         self._active = 0

@@ -41,6 +41,9 @@ class EngineConfig:
     # Items a batch of that budget holds at least (padded to the longest queued one): on a CPU per-item cost is
     # nearly flat beyond ~16 items, and a fit made on a busy machine can ask for fewer than is worth it.
     min_batch_size: int = 16
+    # Threads taking batches from the queue and running them on the one model at once (docs/architecture.md): on
+    # a CPU, two batches side by side on one intra-op thread each run a small model faster than one on two.
+    model_workers: int = 1
 
     def __post_init__(self) -> None:
         # An embedding app builds these without the CLI's checks: a zero batch size would kill the worker

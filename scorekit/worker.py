@@ -1,8 +1,16 @@
-"""The model worker: one dedicated thread that owns the model and runs one batch at a time.
+"""The model worker: dedicated threads (one by default) that own the model, each running one batch at a time.
 
 torch releases the GIL inside its kernels, so the event loop keeps serving while a batch runs.
-A model error fails only the jobs in that batch; anything that escapes the loop kills the thread,
+A model error fails only the jobs in that batch; anything that escapes a thread's loop kills the worker,
 and :attr:`ModelWorker.death` says why (``/health`` turns 503).
+
+With ``threads`` > 1, that many threads take batches from the same queue and run them on the one model at
+once. On a CPU a small model's forward spends much of its time in framework work between kernels, which
+torch's intra-op threads cannot share out, so two batches side by side on one thread each run more items per
+second and per CPU second than one batch on two threads (docs/benchmarks.md). A thread runs its batch on all
+of the intra-op threads while it is the only one busy, and on its share while others are, so a lone request
+is as fast as with one thread. Deliveries and failures are made under one lock: a request's items can be in
+two batches that end at once.
 
 The worker never sees the queue it is fed from: the engine hands it callables (take the next batch, close
 the queue, fail what waits), so the batcher above it can change without touching it.
@@ -14,7 +22,8 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -35,18 +44,20 @@ DeathHandler = Callable[[BaseException], None]
 
 @dataclass
 class WorkerStats:
-    """Counters a test or a benchmark can read; written only by the worker thread."""
+    """Counters a test or a benchmark can read; written by the worker's threads one at a time."""
 
     batches: int = 0
     items: int = 0
     items_of_cancelled_jobs: int = 0
     failed_batches: int = 0
+    most_busy: int = 0  # the most batches that ran at once (1, or up to the worker's threads)
     recent_batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=4096))
     recent_batch_jobs: deque[int] = field(default_factory=lambda: deque(maxlen=4096))
 
 
 class ModelWorker:
-    """Runs ``next_batch()``'s batches on ``backend`` until it returns None; ``close`` makes it do so."""
+    """Runs ``next_batch()``'s batches on ``backend`` from ``threads`` threads until it returns None; ``close``
+    makes it do so."""
 
     def __init__(
         self,
@@ -56,7 +67,10 @@ class ModelWorker:
         close: Callable[[], None],
         on_death: DeathHandler,
         on_batch: BatchObserver | None = None,
+        threads: int = 1,
     ) -> None:
+        if threads < 1:
+            raise ValueError(f"a model worker needs at least one thread, not {threads}")
         self.backend = backend
         self._next_batch = next_batch
         self._close = close
@@ -64,35 +78,71 @@ class ModelWorker:
         self.stats = WorkerStats()
         self.death: BaseException | None = None
         self._on_batch = on_batch
-        self._thread = threading.Thread(target=self._run, name="scorekit-model-worker", daemon=True)
+        self._threads = [
+            threading.Thread(target=self._run, name=f"scorekit-model-worker-{n}", daemon=True) for n in range(threads)
+        ]
+        self._lock = threading.Lock()  # deliveries, failures and the busy count: one thread at a time
+        self._busy = 0  # threads running a batch, which share torch's intra-op threads
+        self._cpu_threads = 0  # torch's intra-op threads when the worker started
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        """Every thread runs: one that died took the worker with it (the queue is closed)."""
+        return all(thread.is_alive() for thread in self._threads)
 
     def start(self) -> None:
-        self._thread.start()
+        self._cpu_threads = torch.get_num_threads()
+        for thread in self._threads:
+            thread.start()
 
     def stop(self, timeout: float | None = None) -> None:
         self._close()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        self.join(timeout)
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait until every thread has ended (the queue closed and drained, or the worker died), at most
+        ``timeout`` seconds in all."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(None if deadline is None else max(deadline - time.monotonic(), 0))
 
     def _run(self) -> None:
         batch: Batch = []
         try:
             while (next_batch := self._next_batch()) is not None:
                 batch = next_batch
-                self._run_batch(batch)
+                with self._busy_share():
+                    self._run_batch(batch)
         except BaseException as exc:
-            self.death = exc
-            logger.critical("the model worker thread died: %r", exc, exc_info=True)
-            # Nobody will run anything again: every waiting request gets its answer now.
-            failure = WorkerDied(f"The model worker died ({type(exc).__name__}).")
-            for item in batch:
-                item.job.fail(failure)
-            self._on_death(failure)
+            with self._lock:
+                if self.death is None:
+                    self.death = exc
+                logger.critical("the model worker thread died: %r", exc, exc_info=True)
+                # Nobody will run anything again: every waiting request gets its answer now.
+                failure = WorkerDied(f"The model worker died ({type(exc).__name__}).")
+                for item in batch:
+                    item.job.fail(failure)
+                self._on_death(failure)
             raise
+
+    @contextmanager
+    def _busy_share(self) -> Iterator[None]:
+        """Count this thread busy while its batch runs, and with several threads, run the batch on its share of
+        torch's intra-op threads: all of them when no other thread is busy, so a lone request does not lose
+        speed. torch keeps the count per calling thread; a thread that starts alone and is joined keeps its
+        count until its batch ends, a brief oversubscription."""
+        with self._lock:
+            self._busy += 1
+            self.stats.most_busy = max(self.stats.most_busy, self._busy)
+            share = max(self._cpu_threads // self._busy, 1)
+        if len(self._threads) > 1 and torch.get_num_threads() != share:
+            torch.set_num_threads(share)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._busy -= 1
 
     def _run_batch(self, batch: Batch) -> None:
         tokens = max(item.encoded.cost for item in batch) * len(batch)
@@ -104,19 +154,21 @@ class ModelWorker:
                 outputs = self.backend.forward([item.encoded for item in batch])
         except Exception as exc:
             logger.exception("the model failed on a batch of %d items", len(batch))
-            self.stats.failed_batches += 1
-            for job in jobs.values():
-                job.fail(ModelFailure(f"The model failed on this request's batch ({type(exc).__name__})."))
+            with self._lock:
+                self.stats.failed_batches += 1
+                for job in jobs.values():
+                    job.fail(ModelFailure(f"The model failed on this request's batch ({type(exc).__name__})."))
             return
         seconds = time.perf_counter() - started
-        # Counted before delivery: once a request has its answer, the items it ran are in the stats.
-        self.stats.batches += 1
-        self.stats.items += len(batch)
-        self.stats.recent_batch_sizes.append(len(batch))
-        self.stats.recent_batch_jobs.append(len(jobs))
-        if self._on_batch is not None:  # observed before delivery too: an answered request's batch is in the metrics
+        if self._on_batch is not None:  # observed before delivery: an answered request's batch is in the metrics
             self._on_batch(len(batch), tokens, seconds)
-        for item, output in zip(batch, outputs, strict=True):
-            if item.job.cancelled:
-                self.stats.items_of_cancelled_jobs += 1
-            item.job.deliver(item.index, output)
+        with self._lock:
+            # Counted before delivery too: once a request has its answer, the items it ran are in the stats.
+            self.stats.batches += 1
+            self.stats.items += len(batch)
+            self.stats.recent_batch_sizes.append(len(batch))
+            self.stats.recent_batch_jobs.append(len(jobs))
+            for item, output in zip(batch, outputs, strict=True):
+                if item.job.cancelled:
+                    self.stats.items_of_cancelled_jobs += 1
+                item.job.deliver(item.index, output)

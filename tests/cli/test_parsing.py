@@ -53,6 +53,8 @@ def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         ("--batch-efficiency", "1"),
         ("--batch-efficiency", "-0.5"),
         ("--batch-efficiency", "nan"),
+        ("--model-workers", "0"),
+        ("--model-workers", "two"),
     ],
 )
 def test_numeric_flags_are_checked_while_parsing(flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -106,6 +108,11 @@ def test_defaults_are_the_settings_defaults() -> None:
     parsed = settings_from(parse(["serve"]))
     assert parsed.served_models() == Settings(engine=EngineConfig()).served_models()
     assert dataclasses.replace(parsed, models=()) == Settings()
+
+
+def test_model_workers_reach_every_model() -> None:
+    specs = settings_from(parse(["serve", "--model", "a", "--model", "b=c", "--model-workers", "2"])).served_models()
+    assert [spec.engine.model_workers for spec in specs] == [2, 2]
 
 
 def test_max_model_len_and_trust_remote_code_reach_every_model(monkeypatch: pytest.MonkeyPatch) -> None:

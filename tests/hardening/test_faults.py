@@ -132,7 +132,7 @@ def test_a_dead_worker_makes_health_503_and_is_logged(
     _kill_worker_on_first_batch(app, monkeypatch)
     status, _, raw = live.request("POST", "/score", _pair(0), timeout=10)  # its batch killed the worker
     assert "worker died" in error_of(status, raw, 500)["message"]
-    app.engine.worker._thread.join(5)
+    app.engine.worker.join(5)
     assert not app.engine.worker.alive
     assert isinstance(app.engine.worker.death, SystemExit)
 

@@ -10,7 +10,9 @@ import pytest
 from scorekit.settings import EngineConfig, ModelSpec, Settings
 
 
-@pytest.mark.parametrize("name", ["max_batch_tokens", "max_batch_size", "max_queued_items", "max_concurrent_requests"])
+@pytest.mark.parametrize(
+    "name", ["max_batch_tokens", "max_batch_size", "max_queued_items", "max_concurrent_requests", "model_workers"]
+)
 @pytest.mark.parametrize("value", [0, -1, 2.5, True])
 def test_engine_counts_are_whole_and_positive(name: str, value: Any) -> None:
     with pytest.raises(ValueError, match=rf"EngineConfig\.{name} must be a whole number, at least 1"):

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
+import pytest
 import torch
 
 from scorekit.batching import Batcher
@@ -12,6 +13,7 @@ from scorekit.errors import ModelFailure
 from scorekit.jobs import Job
 from scorekit.models.base import Encoded, token_array
 from scorekit.worker import ModelWorker
+from tests.unit.test_worker_death import worker_for
 
 
 class ScriptedBackend:
@@ -73,3 +75,65 @@ def test_a_failed_batch_does_not_stop_the_worker() -> None:
     assert isinstance(poisoned.error, ModelFailure)
     assert later.error is None and later.results[0] is not None and float(later.results[0]) == 5.0
     assert worker.stats.batches == 1
+
+
+class SideBySideBackend:
+    """Each forward waits at a barrier for another forward to reach it, and records the intra-op threads it had:
+    it completes only when two batches run at once."""
+
+    kind = "bi-encoder"
+    name = "side-by-side"
+    max_length = 64
+    vocab_size = 100
+
+    def __init__(self, parties: int) -> None:
+        self.barrier = threading.Barrier(parties, timeout=30)
+        self.threads: list[int] = []
+
+    def forward(self, batch: Sequence[Encoded]) -> list[torch.Tensor]:
+        self.threads.append(torch.get_num_threads())
+        self.barrier.wait()
+        return [torch.tensor(float(item.cost)) for item in batch]
+
+
+@pytest.fixture
+def two_intra_op_threads() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.usefixtures("two_intra_op_threads")
+def test_two_threads_run_two_batches_at_once_on_a_share_of_the_cpu_each() -> None:
+    backend = SideBySideBackend(parties=2)
+    worker, batcher = worker_for(backend, batch_size=2, threads=2)
+    done = threading.Event()
+    job = make_job([1, 2, 3, 4, 5, 6, 7, 8], done)  # four batches of two, met in pairs at the barrier
+    batcher.submit(job)
+    worker.start()
+    assert done.wait(30) and job.error is None
+    worker.stop(timeout=5)
+    assert not worker.alive
+    assert [float(x) for x in job.results if x is not None] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert worker.stats.items == 8 and worker.stats.batches == 4 and worker.stats.most_busy == 2
+    # Side by side, each batch ran on one of the two intra-op threads (the second to start, always).
+    assert min(backend.threads) == 1 and max(backend.threads) <= 2
+
+
+@pytest.mark.usefixtures("two_intra_op_threads")
+def test_a_lone_batch_keeps_every_intra_op_thread() -> None:
+    backend = SideBySideBackend(parties=1)  # no waiting: one batch at a time
+    worker, batcher = worker_for(backend, batch_size=4, threads=2)
+    worker.start()
+    for _ in range(3):  # one job at a time, each answered before the next: never two batches at once
+        done = threading.Event()
+        batcher.submit(make_job([3, 4], done))
+        assert done.wait(30)
+    worker.stop(timeout=5)
+    assert backend.threads == [2, 2, 2] and worker.stats.most_busy == 1
+
+
+def test_a_worker_needs_a_thread() -> None:
+    with pytest.raises(ValueError, match="at least one thread"):
+        ModelWorker(ScriptedBackend(), next_batch=lambda: None, close=lambda: None, on_death=lambda _: None, threads=0)  # type: ignore[arg-type]

@@ -92,13 +92,37 @@ def test_a_dying_worker_answers_the_batch_it_ran_and_every_queued_job() -> None:
     for job in (fatal, beside, queued):
         batcher.submit(job)
     worker.start()
-    worker._thread.join(WAIT)
+    worker.join(WAIT)
     assert not worker.alive
     assert isinstance(worker.death, SystemExit)
     for job, notified in ((fatal, fatal_notified), (beside, beside_notified), (queued, queued_notified)):
         assert job.done and isinstance(job.error, ModelFailure) and "worker died" in str(job.error)
         assert notified.calls == 1
     with pytest.raises(QueueFull):  # and nothing new queues for the dead worker
+        batcher.submit(job_of([1])[0])
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the thread re-raises
+def test_a_thread_that_dies_takes_the_others_with_it_and_everyone_is_answered() -> None:
+    gate = threading.Event()
+    backend = Backend(gate)
+    worker, batcher = worker_for(backend, batch_size=1, threads=2)
+    beside, beside_notified = job_of([4])
+    fatal, fatal_notified = job_of([99])
+    queued, queued_notified = job_of([5, 6])
+    for job in (beside, fatal, queued):
+        batcher.submit(job)
+    worker.start()
+    gate.set()  # both threads hold a batch or are about to: `beside`'s, and the fatal one
+    worker.join(WAIT)
+    assert not any(thread.is_alive() for thread in worker._threads)  # the other thread ended too
+    assert isinstance(worker.death, SystemExit) and not worker.alive
+    assert fatal.done and isinstance(fatal.error, ModelFailure) and "worker died" in str(fatal.error)
+    # The others ran beside the fatal batch and got their answers, or were failed with it: each answered once.
+    for job in (beside, queued):
+        assert job.done and (isinstance(job.error, ModelFailure) or None not in job.results)
+    assert (beside_notified.calls, fatal_notified.calls, queued_notified.calls) == (1, 1, 1)
+    with pytest.raises(QueueFull):
         batcher.submit(job_of([1])[0])
 
 
