@@ -212,8 +212,11 @@ async def fairness(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     big_task = asyncio.create_task(run_big())
     first = await wait_batches(args.port, before, 1, args.timeout)
-    # The huge request's own pace for a few batches, to see what the probes then cost it.
-    alone_mark = await wait_batches(args.port, first, args.big_alone_batches, args.timeout)
+    # The huge request's own pace over a window of time, to see what the probes then cost it. Time, not a count
+    # of batches: with several model threads, batches that started together end together, so a few batches
+    # counted from the first one's end would take far less than their share of time.
+    await asyncio.sleep(args.big_alone_s)
+    alone_mark = await scrape(args.port)
     big_alone = alone_mark.minus(first)
     loaded, spanned = await probe_counting_batches(
         args.port, small[0], time.perf_counter() + args.probe_seconds, big_done
@@ -314,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     fair.add_argument("--big", required=True)
     fair.add_argument("--alone", type=int, default=40)
     fair.add_argument("--probe-seconds", type=float, default=15.0)
-    fair.add_argument("--big-alone-batches", type=int, default=3)
+    fair.add_argument("--big-alone-s", type=float, default=2.0, help="seconds the huge request runs alone")
     commands.choices["abort"].add_argument("--after-batches", type=int, default=3)
     return parser
 

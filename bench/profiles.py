@@ -32,6 +32,7 @@ class Profile:
     fairness_big_docs: int = 5000
     fairness_alone_probes: int = 40
     fairness_probe_s: float = 15.0
+    fairness_big_alone_s: float = 2.0  # the huge request's pace alone is measured over this long
     fairness_small_batch_tokens: int | None = 512
     growth_sizes: tuple[int, ...] = (10, 100, 1000, 10_000)
     fresh_growth_server: bool = True
@@ -69,6 +70,7 @@ SMOKE = Profile(
     fairness_big_docs=600,
     fairness_alone_probes=5,
     fairness_probe_s=2.0,
+    fairness_big_alone_s=0.3,
     fairness_small_batch_tokens=None,
     growth_sizes=(10, 100),
     fresh_growth_server=False,

@@ -41,8 +41,8 @@ class EngineConfig:
     # Items a batch of that budget holds at least (padded to the longest queued one): on a CPU per-item cost is
     # nearly flat beyond ~16 items, and a fit made on a busy machine can ask for fewer than is worth it.
     min_batch_size: int = 16
-    # Threads taking batches from the queue and running them on the one model at once (docs/architecture.md): on
-    # a CPU, two batches side by side on one intra-op thread each run a small model faster than one on two.
+    # Threads taking batches from the queue and running them on the one model at once, each on its share of the
+    # intra-op threads (docs/architecture.md): on a CPU, two batches on one thread each beat one batch on two.
     model_workers: int = 1
 
     def __post_init__(self) -> None:

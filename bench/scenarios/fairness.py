@@ -23,6 +23,7 @@ from bench.servers import Server, running, spawn_scorekit
 def _measure(ctx: Context, server: Server, small: Path, big: Path) -> dict[str, Any]:
     p = ctx.profile
     args = ["--small", small, "--big", big, "--alone", p.fairness_alone_probes, "--probe-seconds", p.fairness_probe_s]
+    args += ["--big-alone-s", p.fairness_big_alone_s]
     result = loadgen("fairness", server.port, *args)
     # The lower of the two alone phases: other jobs on the machine only ever add to a latency.
     alone = {q: min(result["alone_ms"][q], result["alone_after_ms"][q]) for q in ("p50", "p99")}
