@@ -312,9 +312,9 @@ _FLAGS = (
         "model-workers",
         _whole(1),
         _ENGINE.model_workers,
-        "Threads running batches of one model at once, from one queue, each on its share of torch's intra-op"
-        " threads: on a CPU, 2 runs two batches side by side on half the threads each, which beats one batch on"
-        " all of them; each batch in flight holds its own activations",
+        "Threads running batches of one model at once, from one queue: on a CPU, 2 runs two batches side by side"
+        " on half of torch's intra-op threads each, which beats one batch on all of them (a lone batch still gets"
+        " them all); each batch in flight holds its own activations",
         metavar="N",
     ),
     _Flag(

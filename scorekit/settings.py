@@ -42,7 +42,8 @@ class EngineConfig:
     # nearly flat beyond ~16 items, and a fit made on a busy machine can ask for fewer than is worth it.
     min_batch_size: int = 16
     # Threads taking batches from the queue and running them on the one model at once, each on its share of the
-    # intra-op threads (docs/architecture.md): on a CPU, two batches on one thread each beat one batch on two.
+    # intra-op threads while others run (docs/architecture.md): on a CPU, two batches on one thread each beat
+    # one batch on two.
     model_workers: int = 1
 
     def __post_init__(self) -> None:

@@ -5,12 +5,13 @@ A model error fails only the jobs in that batch; anything that escapes a thread'
 and :attr:`ModelWorker.death` says why (``/health`` turns 503).
 
 With ``threads`` > 1, that many threads take batches from the same queue and run them on the one model at
-once, each on its share of torch's intra-op threads (torch keeps the count per calling thread). On a CPU that
-beats one batch spread over every intra-op thread: under OpenMP's passive wait policy, which ``scorekit serve``
-sets because spinning threads starve everything on a shared CPU, the intra-op threads sleep between
-operations and are woken for each one, which on 2 cores costs about what the second core gains, while two
-batches on one thread each keep both cores busy with no wake-ups (docs/benchmarks.md, "Model workers").
-Deliveries and failures are made under one lock: a request's items can be in two batches that end at once.
+once. A thread runs its batch on every intra-op thread while it is the only one busy, and on its share while
+others are (torch keeps the count per calling thread). On a CPU two batches side by side beat one batch spread
+over every core: under OpenMP's passive wait policy, which ``scorekit serve`` sets because spinning threads
+starve everything on a shared CPU, the intra-op threads sleep between operations and are woken for each one,
+which costs a small forward much of what the second core gains; a lone batch still gains from them (a
+16-document rerank ran 1.5x faster per second than on one thread), so it keeps them all. Deliveries and
+failures are made under one lock: a request's items can be in two batches that end at once.
 
 The worker never sees the queue it is fed from: the engine hands it callables (take the next batch, close
 the queue, fail what waits), so the batcher above it can change without touching it.
@@ -82,8 +83,8 @@ class ModelWorker:
             threading.Thread(target=self._run, name=f"scorekit-model-worker-{n}", daemon=True) for n in range(threads)
         ]
         self._lock = threading.Lock()  # deliveries, failures and the busy count: one thread at a time
-        self._running = 0  # threads running a batch
-        self._share = 1  # each thread's intra-op threads, with several threads
+        self._busy = 0  # threads running a batch, which share torch's intra-op threads
+        self._cpu_threads = 0  # torch's intra-op threads when the worker started
 
     @property
     def alive(self) -> bool:
@@ -91,7 +92,7 @@ class ModelWorker:
         return all(thread.is_alive() for thread in self._threads)
 
     def start(self) -> None:
-        self._share = max(torch.get_num_threads() // len(self._threads), 1)
+        self._cpu_threads = torch.get_num_threads()
         for thread in self._threads:
             thread.start()
 
@@ -109,12 +110,10 @@ class ModelWorker:
 
     def _run(self) -> None:
         batch: Batch = []
-        if len(self._threads) > 1:  # torch keeps the count per calling thread
-            torch.set_num_threads(self._share)
         try:
             while (next_batch := self._next_batch()) is not None:
                 batch = next_batch
-                with self._busy():
+                with self._busy_share():
                     self._run_batch(batch)
         except BaseException as exc:
             with self._lock:
@@ -129,16 +128,22 @@ class ModelWorker:
             raise
 
     @contextmanager
-    def _busy(self) -> Iterator[None]:
-        """Count this thread busy while its batch runs (``stats.most_busy``)."""
+    def _busy_share(self) -> Iterator[None]:
+        """Count this thread busy while its batch runs, and with several threads, run the batch on its share of
+        torch's intra-op threads: all of them when no other thread is busy, so a lone request does not lose
+        speed. torch keeps the count per calling thread; a thread that starts alone and is joined keeps its
+        count until its batch ends, a brief oversubscription."""
         with self._lock:
-            self._running += 1
-            self.stats.most_busy = max(self.stats.most_busy, self._running)
+            self._busy += 1
+            self.stats.most_busy = max(self.stats.most_busy, self._busy)
+            share = max(self._cpu_threads // self._busy, 1)
+        if len(self._threads) > 1 and torch.get_num_threads() != share:
+            torch.set_num_threads(share)
         try:
             yield
         finally:
             with self._lock:
-                self._running -= 1
+                self._busy -= 1
 
     def _run_batch(self, batch: Batch) -> None:
         tokens = max(item.encoded.cost for item in batch) * len(batch)
