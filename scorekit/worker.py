@@ -10,7 +10,7 @@ others are (torch keeps the count per calling thread). On a CPU two batches side
 over every core: under OpenMP's passive wait policy, which ``scorekit serve`` sets because spinning threads
 starve everything on a shared CPU, the intra-op threads sleep between operations and are woken for each one,
 which costs a small forward much of what the second core gains; a lone batch still gains from them (a
-16-document rerank ran 1.5x faster per second than on one thread), so it keeps them all. Deliveries and
+16-pair cross-encoder batch ran 1.3-1.5x faster than on one thread), so it keeps them all. Deliveries and
 failures are made under one lock: a request's items can be in two batches that end at once.
 
 The worker never sees the queue it is fed from: the engine hands it callables (take the next batch, close
