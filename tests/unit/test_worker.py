@@ -123,15 +123,14 @@ def test_two_threads_run_two_batches_at_once_on_a_share_of_the_cpu_each() -> Non
 
 @pytest.mark.usefixtures("two_intra_op_threads")
 def test_a_lone_batch_keeps_every_intra_op_thread() -> None:
-    backend = SideBySideBackend(parties=1)  # no waiting: one batch at a time
+    backend = SideBySideBackend(parties=1)  # no waiting
     worker, batcher = worker_for(backend, batch_size=4, threads=2)
+    done = threading.Event()
+    batcher.submit(make_job([3, 4], done))  # one batch: the other thread has nothing to run beside it
     worker.start()
-    for _ in range(3):  # one job at a time, each answered before the next: never two batches at once
-        done = threading.Event()
-        batcher.submit(make_job([3, 4], done))
-        assert done.wait(30)
+    assert done.wait(30)
     worker.stop(timeout=5)
-    assert backend.threads == [2, 2, 2] and worker.stats.most_busy == 1
+    assert backend.threads == [2] and worker.stats.most_busy == 1
 
 
 def test_a_worker_needs_a_thread() -> None:
