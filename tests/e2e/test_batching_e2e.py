@@ -28,7 +28,7 @@ def test_concurrent_requests_share_batches(small_batches: tuple[ScorekitApp, Liv
     assert all(status == 200 and len(body["data"]) == 8 for status, body in results)
     jobs_per_batch = list(stats.recent_batch_jobs)[before:]
     assert max(jobs_per_batch) > 1, jobs_per_batch
-    assert live.load() == 0
+    assert live.wait_load(0) == 0  # the last answer can arrive just before its request leaves the middleware
 
 
 def test_a_small_request_finishes_during_a_2000_document_rerank(

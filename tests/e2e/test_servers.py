@@ -135,7 +135,8 @@ def test_a_disconnect_stops_a_2000_document_rerank(
     assert app.engine.batcher.queued == 0
     status, payload = live.json("POST", "/rerank", {"query": "q", "documents": ["d"]})
     assert status == 200 and payload["results"][0]["index"] == 0
-    assert live.load() == 0
+    # The answer can reach the client just before the request leaves the lifecycle layer (granian, a busy CPU).
+    assert live.wait_load(0) == 0
 
 
 def test_keep_alive_requests_on_one_socket(served_minilm: Live) -> None:
