@@ -198,9 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-peers-"))
     results = run(args.window, work, args.runtime, args.dtype, args.model_workers)
     args.out.mkdir(parents=True, exist_ok=True)
-    workers = f"workers{args.model_workers}" if args.model_workers > 1 else "torch"
-    parts = (args.runtime, args.dtype, workers)
-    suffix = "".join(f"-{part}" for part in parts if part not in ("torch", "float32"))
+    parts = [part for part in (args.runtime, args.dtype) if part not in ("torch", "float32")]
+    if args.model_workers > 1:
+        parts.append(f"workers{args.model_workers}")
+    suffix = "".join(f"-{part}" for part in parts)
     name = f"peers{suffix}.json"
     (args.out / name).write_text(json.dumps(results, indent=1, sort_keys=True))
     header = f"{'concurrency':>11}  {'scorekit/Infinity docs per CPU-s':>33}  {'(per s)':>8}"
