@@ -34,6 +34,9 @@ from transformers import PreTrainedModel
 from scorekit.choices import onnx_missing
 from scorekit.settings import Runtime
 
+from .base import token_array
+from .loading import padded
+
 logger = logging.getLogger("scorekit.models")
 
 # Bump when what an export holds changes (its inputs, outputs, opset or exporter): older files are then ignored.
@@ -125,14 +128,10 @@ class _Output(torch.nn.Module):
 
 
 def padded_sample(input_names: Sequence[str], lengths: Sequence[int], device: torch.device) -> dict[str, torch.Tensor]:
-    """A batch of one row per length, right-padded to the longest: the attention mask's path stays in a trace
-    (transformers drops an all-ones mask while tracing)."""
-    width = max(lengths)
-    sample = {
-        "input_ids": torch.tensor([[1] * n + [0] * (width - n) for n in lengths]),
-        "attention_mask": torch.tensor([[1] * n + [0] * (width - n) for n in lengths]),
-        "token_type_ids": torch.zeros(len(lengths), width, dtype=torch.long),
-    }
+    """A batch of one row per length, right-padded to the longest as a served batch is (``padded``): the attention
+    mask's path stays in a trace (transformers drops an all-ones mask while tracing)."""
+    ids, mask = padded([token_array([1] * n) for n in lengths], 0)
+    sample = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
     return {name: sample[name].to(device) for name in input_names}
 
 

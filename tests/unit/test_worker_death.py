@@ -69,6 +69,14 @@ def job_of(lengths: list[int]) -> tuple[Job, Notified]:
     return job, notified
 
 
+def submitted(batcher: Batcher, *lengths: list[int]) -> list[tuple[Job, Notified]]:
+    """A job per list of input lengths, queued in that order."""
+    jobs = [job_of(each) for each in lengths]
+    for job, _ in jobs:
+        batcher.submit(job)
+    return jobs
+
+
 def worker_for(backend: Backend, batch_size: int, **kwargs: object) -> tuple[ModelWorker, Batcher]:
     """A worker fed by a batcher, wired as the engine wires them; the test submits to the batcher."""
     batcher = Batcher(max_batch_tokens=10_000, max_batch_size=batch_size, max_queued_items=1000)
@@ -86,11 +94,9 @@ def worker_for(backend: Backend, batch_size: int, **kwargs: object) -> tuple[Mod
 def test_a_dying_worker_answers_the_batch_it_ran_and_every_queued_job() -> None:
     worker, batcher = worker_for(Backend(), batch_size=2)
     # One item of each job per batch first: the fatal batch holds `fatal` and `beside`; `queued` waits.
-    fatal, fatal_notified = job_of([99])
-    beside, beside_notified = job_of([4])
-    queued, queued_notified = job_of([5, 6])
-    for job in (fatal, beside, queued):
-        batcher.submit(job)
+    (fatal, fatal_notified), (beside, beside_notified), (queued, queued_notified) = submitted(
+        batcher, [99], [4], [5, 6]
+    )
     worker.start()
     worker.join(WAIT)
     assert not worker.alive
@@ -107,11 +113,9 @@ def test_a_thread_that_dies_takes_the_others_with_it_and_everyone_is_answered() 
     gate = threading.Event()
     backend = Backend(gate)
     worker, batcher = worker_for(backend, batch_size=1, threads=2)
-    beside, beside_notified = job_of([4])
-    fatal, fatal_notified = job_of([99])
-    queued, queued_notified = job_of([5, 6])
-    for job in (beside, fatal, queued):
-        batcher.submit(job)
+    (beside, beside_notified), (fatal, fatal_notified), (queued, queued_notified) = submitted(
+        batcher, [4], [99], [5, 6]
+    )
     worker.start()
     gate.set()  # both threads hold a batch or are about to: `beside`'s, and the fatal one
     worker.join(WAIT)
