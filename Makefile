@@ -2,9 +2,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
-# The optional extras `make install` adds: onnx is ONNX Runtime (scorekit serve --runtime onnx);
-# EXTRAS=test,bench,onnx,ray adds Ray Serve (scorekit serve --ray), as CI does.
-EXTRAS ?= test,bench,onnx
+# The optional extras `make install` adds: onnx is ONNX Runtime (scorekit serve --runtime onnx), openvino is
+# OpenVINO (--runtime openvino); EXTRAS=test,bench,onnx,openvino,ray adds Ray Serve (scorekit serve --ray), as CI does.
+EXTRAS ?= test,bench,onnx,openvino
 
 .PHONY: install serve test lint typecheck unit bench bench-smoke bench-peers mutants
 

@@ -6,7 +6,8 @@ which neither server's speed depends on). Infinity runs from a virtual environme
 ``.venv-infinity`` (made on first use: ``infinity-emb[server,torch]`` pinned, torch pinned to the CPU wheel),
 with ``DO_NOT_TRACK=1`` and its usage statistics off. Both run in float32 on the CPU, each with its defaults
 but OpenMP's wait policy, passive for both (scorekit's default; see ``spawn_infinity``). ``--runtime onnx``
-serves scorekit's side with ``--runtime onnx`` (ONNX Runtime, also exact in float32) against the same Infinity.
+(or ``openvino``) serves scorekit's side with that runtime (ONNX Runtime or OpenVINO, also exact in float32) against
+the same Infinity.
 ``--dtype bfloat16`` serves both in bfloat16 (each server's best CPU option where the CPU has native bf16); their
 scores then differ by each one's rounding, so the check that both serve the same model allows bf16's error.
 
@@ -175,9 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="where peers.json goes")
     parser.add_argument(
         "--runtime",
-        choices=("torch", "onnx"),
+        choices=("torch", "onnx", "openvino"),
         default="torch",
-        help="scorekit's --runtime (Infinity runs its torch engine); onnx writes peers-onnx.json",
+        help="scorekit's --runtime (Infinity runs its torch engine); onnx writes peers-onnx.json, and so on",
     )
     parser.add_argument(
         "--dtype",

@@ -15,10 +15,18 @@ from pathlib import Path
 from scorekit.settings import RUNTIMES
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
-# The kinds a runtime other than torch (ONNX Runtime, a TorchScript trace) serves: one stateless forward per batch.
+# The kinds a runtime other than torch (ONNX Runtime, OpenVINO, a TorchScript trace) serves: one stateless forward
+# per batch.
 # A causal LM reuses a shared prefix's KV cache across inputs, which only the torch module keeps.
 ONE_FORWARD_KINDS = ("bi-encoder", "cross-encoder")
-ONNX_EXTRA = "pip install -e '.[onnx]'"
+# What each runtime that runs an ONNX export needs installed: the modules, their names, and the extra that has them.
+# onnx is what torch's exporter writes the file with.
+_RUNTIME_NEEDS = {
+    "onnx": (("onnxruntime", "onnx"), "ONNX Runtime and onnx"),
+    "openvino": (("openvino", "onnx"), "OpenVINO and onnx"),
+}
+# The dtypes a runtime that runs an ONNX export computes in on the CPU ("auto" is float32 there).
+_RUNTIME_DTYPES = {"onnx": ("auto", "float32"), "openvino": ("auto", "float32", "bfloat16")}
 DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 # A Hugging Face hub name: "name" or "owner/name". Anything else (two slashes, a space...) can only be a path.
 _HUB_NAME = re.compile(r"[\w.-]+(/[\w.-]+)?")
@@ -45,21 +53,26 @@ def runtime_error(runtime: str, *, kind: str | None, device: str, dtype: str) ->
     if runtime == "torchscript":
         return None
     if device != "cpu":
-        return f"--runtime onnx runs on the CPU only, not on {device!r}: use --runtime torch there"
-    if dtype not in ("auto", "float32"):
-        return (
-            f"--runtime onnx serves float32 only: ONNX Runtime has no {dtype} kernels for a transformer on the CPU"
-            " (drop --dtype, or use --runtime torch)"
-        )
+        return f"--runtime {runtime} runs on the CPU only, not on {device!r}: use --runtime torch there"
+    if dtype not in _RUNTIME_DTYPES[runtime]:
+        if runtime == "onnx":
+            return (
+                f"--runtime onnx serves float32 only: ONNX Runtime has no {dtype} kernels for a transformer on the CPU"
+                " (drop --dtype, use --runtime openvino for bfloat16, or --runtime torch)"
+            )
+        return f"--runtime {runtime} serves float32 and bfloat16, not {dtype}, on the CPU (or use --runtime torch)"
     return None
 
 
-def onnx_missing() -> str | None:
-    """The line that says how to install what ``--runtime onnx`` needs (ONNX Runtime, and onnx for the export),
-    or None when both are there."""
-    if all(importlib.util.find_spec(module) is not None for module in ("onnxruntime", "onnx")):
+def runtime_missing(runtime: str) -> str | None:
+    """The line that says how to install what ``--runtime`` needs (the runtime, and onnx for the export), or None
+    when it is all there (or the runtime needs nothing beyond torch)."""
+    if runtime not in _RUNTIME_NEEDS:
         return None
-    return f"--runtime onnx needs ONNX Runtime and onnx, which are not installed: {ONNX_EXTRA}"
+    modules, names = _RUNTIME_NEEDS[runtime]
+    if all(importlib.util.find_spec(module) is not None for module in modules):
+        return None
+    return f"--runtime {runtime} needs {names}, which are not installed: pip install -e '.[{runtime}]'"
 
 
 def looks_like_path(name: str) -> bool:

@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from scorekit import __version__
-from scorekit.choices import DTYPES, device_error, local_model, onnx_missing, runtime_error
+from scorekit.choices import DTYPES, device_error, local_model, runtime_error, runtime_missing
 from scorekit.connections import bind_listener
 from scorekit.deploy.options import Autoscaling, RayOptions, max_ongoing_requests, target_ongoing_requests
 from scorekit.logs import process_config, route_transformers
@@ -246,15 +246,16 @@ _FLAGS = (
         str,
         _SETTINGS.runtime,
         "What runs a bi-encoder's or cross-encoder's forward: torch; onnx (ONNX Runtime, the onnx extra; CPU"
-        " and float32 only, exported once at load and cached); or torchscript (traced at load; on a GPU it gives"
-        " the interpreter lock up far less often than torch; docs/models.md)",
+        " and float32 only) or openvino (OpenVINO, the openvino extra; CPU, float32 or bfloat16), each exported"
+        " once at load and cached; or torchscript (traced at load; on a GPU it gives the interpreter lock up far"
+        " less often than torch; docs/models.md)",
         choices=RUNTIMES,
     ),
     _Flag(
         "cache-dir",
         _text,
         None,
-        "Where --runtime onnx keeps its exports",
+        "Where --runtime onnx and openvino keep their exports",
         "$XDG_CACHE_HOME/scorekit, else ~/.cache/scorekit",
         metavar="DIR",
     ),
@@ -575,7 +576,7 @@ def _model_specs(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
                 raise _FlagError(f"{option} applies to one model; with several, name each as --model NAME=MODEL")
     if (error := runtime_error(args.runtime, kind=args.model_kind, device=args.device, dtype=args.dtype)) is not None:
         raise _FlagError(error)
-    if args.runtime == "onnx" and (missing := onnx_missing()) is not None:
+    if (missing := runtime_missing(args.runtime)) is not None:
         raise _FlagError(missing)
     engine = EngineConfig(
         max_batch_tokens=args.max_batch_tokens,

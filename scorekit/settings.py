@@ -16,8 +16,9 @@ LongDocuments = Literal["error", "chunk"]
 LONG_DOCUMENTS: tuple[LongDocuments, ...] = get_args(LongDocuments)
 
 # What runs a bi-encoder's or cross-encoder's forward: the torch module, its ONNX export in ONNX Runtime (the
-# onnx extra; CPU and float32 only, see choices.runtime_error), or its TorchScript trace (any device and dtype).
-Runtime = Literal["torch", "onnx", "torchscript"]
+# onnx extra; CPU and float32 only, see choices.runtime_error) or in OpenVINO (the openvino extra; CPU, float32 or
+# bfloat16), or its TorchScript trace (any device and dtype).
+Runtime = Literal["torch", "onnx", "openvino", "torchscript"]
 RUNTIMES: tuple[Runtime, ...] = get_args(Runtime)
 
 # What the embedded default model answers to in `model` fields and /v1/models.
@@ -75,7 +76,8 @@ class ModelSpec:
     # else the preset of the model's type (docs/models.md).
     reranker_template: str | None = None
     runtime: Runtime = "torch"
-    cache_dir: str | None = None  # where --runtime onnx keeps its exports; None: the user's cache (docs/models.md)
+    # Where --runtime onnx and openvino keep their exports; None: the user's cache (docs/models.md).
+    cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         _check_kind(self, self.kind)

@@ -86,6 +86,7 @@ def load_spec(spec: ModelSpec) -> Backend:
         reranker_template=spec.reranker_template,
         runtime=spec.runtime,
         cache_dir=spec.cache_dir,
+        callers=spec.engine.model_workers,
     )
 
 
@@ -100,6 +101,7 @@ def load_backend(
     reranker_template: str | None = None,
     runtime: Runtime = "torch",
     cache_dir: str | None = None,
+    callers: int = 1,
 ) -> Backend:
     """Load ``model`` (a local folder or a hub name) in eval mode; ``kind`` overrides detection.
 
@@ -107,8 +109,9 @@ def load_backend(
     past the model's own would read untrained embeddings, or none). ``trust_remote_code`` lets transformers
     run a model's own code, for architectures it does not ship. ``reranker_template`` is an LLM reranker's
     prompt (a preset name or a JSON file); a model of another kind refuses it. ``runtime`` "onnx" runs a
-    bi-encoder's or cross-encoder's forward in ONNX Runtime (CPU, float32), its export cached under ``cache_dir``
-    (None: the user's cache folder; docs/models.md)."""
+    bi-encoder's or cross-encoder's forward in ONNX Runtime (CPU, float32), "openvino" in OpenVINO (CPU, float32
+    or bfloat16), their export cached under ``cache_dir`` (None: the user's cache folder; docs/models.md). ``callers``
+    is how many threads will call the forward at once (``--model-workers``), which OpenVINO runs as streams."""
     started = time.monotonic()
     _check_runtime(runtime, None, device, dtype)
     torch_device = parse_device(device)
@@ -117,7 +120,7 @@ def load_backend(
     source = Source(model, trust_remote_code=trust_remote_code)
     chosen = kind or detect_kind(model)
     _check_runtime(runtime, chosen, device, dtype)
-    model_runtime = ModelRuntime(runtime, cache_dir)
+    model_runtime = ModelRuntime(runtime, cache_dir, callers)
     backend: Backend
     match chosen:
         case "cross-encoder":

@@ -1,10 +1,12 @@
-"""What runs a bi-encoder's or cross-encoder's forward: the torch module, (``--runtime onnx``) its ONNX export
-in ONNX Runtime, or (``--runtime torchscript``) its TorchScript trace on the model's own device. Tokenizing,
-padding, pooling and finishing stay the backend's, and so do the batcher, the worker, cancellation and metrics: only
-the call that turns a padded batch into the module's one output changes.
+"""What runs a bi-encoder's or cross-encoder's forward: the torch module, its ONNX export in ONNX Runtime
+(``--runtime onnx``) or in OpenVINO (``--runtime openvino``), or (``--runtime torchscript``) its TorchScript trace on
+the model's own device. Tokenizing, padding, pooling and finishing stay the backend's, and so do the batcher, the
+worker, cancellation and metrics: only the call that turns a padded batch into the module's one output changes.
 
-Why ONNX Runtime, and not OpenVINO: ``python -m bench.runtimes`` measured both on the same ONNX file, and ONNX
-Runtime ran more items per CPU second at batch 1 and 32, in float32, exact to 1e-6 (docs/models.md).
+Why both ONNX runtimes: ``python -m bench.runtimes`` ran them on the same ONNX file. On an AMD EPYC without native
+bf16, ONNX Runtime ran more items per CPU second than OpenVINO at batch 1 and 32 in float32; on an Intel Xeon with
+AMX, OpenVINO ran more in float32, and in bfloat16 (which ONNX Runtime's CPU kernels lack) 1.3-1.4x what torch's own
+bfloat16 forward runs at batch 32 and about 3x at batch 1 (docs/models.md). Both are exact to 1e-6 in float32.
 
 The export is torch's TorchScript exporter (``dynamo=False``: 4 to 10 s for MiniLM on a shared 2-core machine,
 where the torch.export-based one took 13 s), traced on a padded sample so the attention mask's path is in the graph
@@ -16,11 +18,13 @@ one (or an upgraded library) is exported anew.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -31,7 +35,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from scorekit.choices import onnx_missing
+from scorekit.choices import runtime_missing
 from scorekit.settings import Runtime
 
 from .base import token_array
@@ -49,10 +53,12 @@ Forward = Callable[[dict[str, torch.Tensor]], torch.Tensor]
 
 @dataclass(frozen=True, slots=True)
 class ModelRuntime:
-    """The runtime a model's forward runs in, and where ONNX exports are cached (None: the user's cache)."""
+    """The runtime a model's forward runs in, where ONNX exports are cached (None: the user's cache), and how many
+    threads call the forward at once (the model worker's; OpenVINO runs that many streams)."""
 
     name: Runtime = "torch"
     cache_dir: str | None = None
+    callers: int = 1
 
     def forward(self, model: PreTrainedModel, output: str, input_names: Sequence[str]) -> Forward:
         """The call that gives ``model``'s ``output`` for a padded batch of ``input_names``."""
@@ -60,6 +66,10 @@ class ModelRuntime:
             return lambda inputs: model(**inputs)[output]
         if self.name == "torchscript":
             return traced_forward(model, output, input_names)
+        if (missing := runtime_missing(self.name)) is not None:
+            raise ValueError(missing[0].upper() + missing[1:] + ".")
+        if self.name == "openvino":
+            return openvino_forward(model, output, input_names, cache_root(self.cache_dir), self.callers)
         return onnx_forward(model, output, input_names, cache_root(self.cache_dir))
 
 
@@ -73,14 +83,9 @@ def cache_root(cache_dir: str | None) -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "scorekit"
 
 
-def onnx_forward(model: PreTrainedModel, output: str, input_names: Sequence[str], root: Path) -> Forward:
-    """``model`` exported to ONNX (or its cached export reused) and run in an ONNX Runtime session with torch's
-    thread count and no busy-waiting (the reason the CLI sets OMP_WAIT_POLICY=PASSIVE)."""
-    if (missing := onnx_missing()) is not None:
-        raise ValueError(missing[0].upper() + missing[1:] + ".")
-    import onnxruntime
-
-    folder = root / "onnx" / export_key(model, output, input_names, onnxruntime.__version__)
+def cached_export(model: PreTrainedModel, output: str, input_names: Sequence[str], root: Path, runtime: str) -> Path:
+    """The ONNX file of ``model`` for ``runtime`` (its name and version): exported now, or reused from the cache."""
+    folder = root / "onnx" / export_key(model, output, input_names, runtime)
     path = folder / MODEL_FILE
     if path.exists():
         logger.info("reusing the ONNX export of %s from %s", model.name_or_path, folder)
@@ -90,6 +95,15 @@ def onnx_forward(model: PreTrainedModel, output: str, input_names: Sequence[str]
         logger.info(
             "exported %s to ONNX in %.1f s, cached in %s", model.name_or_path, time.monotonic() - started, folder
         )
+    return path
+
+
+def onnx_forward(model: PreTrainedModel, output: str, input_names: Sequence[str], root: Path) -> Forward:
+    """``model`` exported to ONNX (or its cached export reused) and run in an ONNX Runtime session with torch's
+    thread count and no busy-waiting (the reason the CLI sets OMP_WAIT_POLICY=PASSIVE)."""
+    import onnxruntime
+
+    path = cached_export(model, output, input_names, root, onnxruntime.__version__)
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = torch.get_num_threads()
     options.inter_op_num_threads = 1
@@ -101,6 +115,61 @@ def onnx_forward(model: PreTrainedModel, output: str, input_names: Sequence[str]
         outputs: list[Any] = session.run([output], {name: inputs[name].numpy() for name in fed})
         return torch.from_numpy(outputs[0])
 
+    return run
+
+
+def openvino_forward(
+    model: PreTrainedModel, output: str, input_names: Sequence[str], root: Path, callers: int = 1
+) -> Forward:
+    """``model`` exported to ONNX (or its cached export reused) and compiled by OpenVINO for the CPU, in the model's
+    dtype: float32, or bfloat16 where the CPU has native bf16 (OpenVINO's precision hint; the export keeps float32
+    weights, which OpenVINO rounds as torch's bfloat16 load did). Outputs come back as float32.
+
+    With torch's thread count, and without pinning its threads to cores: on a shared machine a pinned thread waits
+    for its core while another is free (the reason the CLI sets OpenMP's waits passive). Each calling thread gets
+    its own infer request, the state one forward needs, so two batches never share one. With several ``callers``
+    (``--model-workers``), OpenVINO runs as many streams, the threads split between them, so batches run side by
+    side, each on its share; in bfloat16 on a 2-core Xeon that ran 1.35x the items per CPU second of one stream on
+    both threads (16-pair cross-encoder batches, two callers; in float32, as many). A lone batch then runs on
+    its stream's share only: OpenVINO fixes the streams when it compiles."""
+    import openvino
+
+    core = openvino.Core()
+    precision = "f32"
+    if model.dtype == torch.bfloat16:
+        if "BF16" not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+            raise ValueError(
+                "--runtime openvino runs bfloat16 only on a CPU with native bf16 (avx512_bf16 or amx_bf16), and this"
+                " one has none: drop --dtype, or use --runtime torch"
+            )
+        precision = "bf16"
+        model = copy.deepcopy(model).float()  # type: ignore[no-untyped-call]
+    elif model.dtype != torch.float32:
+        raise ValueError(f"--runtime openvino serves float32 and bfloat16, not {model.dtype}, on the CPU")
+    path = cached_export(model, output, input_names, root, f"openvino {openvino.__version__}")
+    compiled = core.compile_model(
+        str(path),
+        "CPU",
+        {
+            "INFERENCE_PRECISION_HINT": precision,
+            "INFERENCE_NUM_THREADS": torch.get_num_threads(),
+            "PERFORMANCE_HINT": "LATENCY" if callers == 1 else "THROUGHPUT",
+            "NUM_STREAMS": min(callers, torch.get_num_threads()),
+            "ENABLE_CPU_PINNING": False,
+        },
+    )
+    fed = [port.get_any_name() for port in compiled.inputs]  # the exporter drops an input the graph never reads
+    requests = threading.local()
+
+    def run(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        request = getattr(requests, "request", None)
+        if request is None:
+            request = requests.request = compiled.create_infer_request()
+        result = request.infer({name: inputs[name].numpy() for name in fed})  # a copy: the request reuses its buffer
+        return torch.from_numpy(result[0])
+
+    release = openvino.__version__.split("-")[0]  # "2026.4.1" of "2026.4.1-22982-e213a147257-releases/2026/4"
+    logger.info("compiled %s with OpenVINO %s for the CPU in %s", model.name_or_path, release, precision)
     return run
 
 

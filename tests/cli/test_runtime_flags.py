@@ -1,6 +1,6 @@
 """--runtime onnx refuses, in one line and exit 2, what ONNX Runtime cannot serve: a causal LM (given or detected),
-a GPU, a dtype other than float32, and a missing extra; --runtime torchscript a detected causal LM too; the library
-refuses the same with a ValueError."""
+a GPU, a dtype other than float32, and a missing extra; --runtime openvino a GPU, float16 and a missing extra;
+--runtime torchscript a detected causal LM too; the library refuses the same with a ValueError."""
 
 from __future__ import annotations
 
@@ -26,29 +26,38 @@ def no_scorekit_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize(
-    ("flags", "said"),
+    ("runtime", "flags", "said"),
     [
-        (["--model-kind", "llm-reranker"], "--runtime onnx serves bi-encoders and cross-encoders; a llm-reranker"),
-        (["--model-kind", "causal-lm"], "a causal-lm reuses a shared prefix's KV cache"),
-        (["--device", "cuda"], "--runtime onnx runs on the CPU only, not on 'cuda'"),
-        (["--dtype", "bfloat16"], "--runtime onnx serves float32 only: ONNX Runtime has no bfloat16 kernels"),
-        (["--dtype", "float16"], "ONNX Runtime has no float16 kernels"),
+        (
+            "onnx",
+            ["--model-kind", "llm-reranker"],
+            "--runtime onnx serves bi-encoders and cross-encoders; a llm-reranker",
+        ),
+        ("onnx", ["--model-kind", "causal-lm"], "a causal-lm reuses a shared prefix's KV cache"),
+        ("onnx", ["--device", "cuda"], "--runtime onnx runs on the CPU only, not on 'cuda'"),
+        ("onnx", ["--dtype", "bfloat16"], "--runtime onnx serves float32 only: ONNX Runtime has no bfloat16 kernels"),
+        ("onnx", ["--dtype", "float16"], "ONNX Runtime has no float16 kernels"),
+        ("openvino", ["--model-kind", "causal-lm"], "--runtime openvino serves bi-encoders and cross-encoders"),
+        ("openvino", ["--device", "cuda:0"], "--runtime openvino runs on the CPU only, not on 'cuda:0'"),
+        ("openvino", ["--dtype", "float16"], "--runtime openvino serves float32 and bfloat16, not float16, on the CPU"),
     ],
 )
-def test_what_onnx_cannot_serve_is_refused_while_parsing(
-    flags: list[str], said: str, capsys: pytest.CaptureFixture[str]
+def test_what_an_onnx_runtime_cannot_serve_is_refused_while_parsing(
+    runtime: str, flags: list[str], said: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert said in refused(["serve", "--runtime", "onnx", *flags], capsys)
+    assert said in refused(["serve", "--runtime", runtime, *flags], capsys)
 
 
+@pytest.mark.parametrize(("runtime", "names"), [("onnx", "ONNX Runtime and onnx"), ("openvino", "OpenVINO and onnx")])
 def test_a_missing_extra_says_what_to_install(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    runtime: str, names: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    line = refused(["serve", "--runtime", "onnx"], capsys)
-    assert "which are not installed: pip install -e '.[onnx]' (see" in line
+    line = refused(["serve", "--runtime", runtime], capsys)
+    assert f"--runtime {runtime} needs {names}, which are not installed: pip install -e '.[{runtime}]' (see" in line
     monkeypatch.undo()
-    assert parse(["serve", "--runtime", "onnx"]).models[0].runtime == "onnx"
+    assert parse(["serve", "--runtime", runtime]).models[0].runtime == runtime
+    assert parse(["serve", "--runtime", runtime, "--dtype", "float32"]).models[0].dtype == "float32"
 
 
 @pytest.fixture(scope="module")

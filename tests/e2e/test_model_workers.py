@@ -1,4 +1,5 @@
-"""``--model-workers 2``: two threads run one model's batches side by side, through a real server.
+"""``--model-workers 2``: two threads run one model's batches side by side, through a real server, in torch and in
+OpenVINO.
 
 Answers are the model's reference scores whatever batch, thread or partner batch an item ran in; the two
 threads really ran batches at once; and a client that leaves while both threads hold one of its batches
@@ -23,6 +24,7 @@ from scorekit.app import ScorekitApp, create_app
 from scorekit.engine import Engine
 from scorekit.models.base import Encoded
 from scorekit.settings import EngineConfig, ModelSpec, Settings
+from tests.e2e.test_runtimes import needs_openvino
 from tests.e2e.texts import many_docs
 from tests.live import Live, serve, wait_for
 
@@ -31,10 +33,14 @@ pytestmark = pytest.mark.e2e
 BATCH = 2  # items per batch: a request of many documents makes many batches for the two threads
 
 
-@pytest.fixture
-def two_threads(cross_encoder_dir: Path) -> Iterator[tuple[ScorekitApp, Live]]:
+@pytest.fixture(params=["torch", pytest.param("openvino", marks=needs_openvino)])
+def two_threads(
+    request: pytest.FixtureRequest, cross_encoder_dir: Path, tmp_path: Path
+) -> Iterator[tuple[ScorekitApp, Live]]:
+    """A server whose model runs on two threads, in torch or in OpenVINO (two streams, an infer request each)."""
     engine = EngineConfig(max_batch_size=BATCH, model_workers=2)
-    app = create_app(Settings(models=(ModelSpec(str(cross_encoder_dir), "ce", engine=engine),)))
+    spec = ModelSpec(str(cross_encoder_dir), "ce", engine=engine, runtime=request.param, cache_dir=str(tmp_path))
+    app = create_app(Settings(models=(spec,)))
     with serve(app) as live:
         yield app, live
 

@@ -1,7 +1,9 @@
 """Each runtime beside torch serves what --runtime torch serves, to 1e-5, through a real server: the embedded MiniLM's
 embeddings and a tiny cross-encoder's scores and logits, over inputs of several lengths (padded batches) and one
 alone (a batch of one). --runtime onnx makes its export once and reuses it from the cache at the next load;
---runtime torchscript refuses a trace that answers differently from its model. Both refuse the LLM kinds."""
+--runtime openvino in bfloat16 scores within the bf16 error docs/models.md states, and refuses bfloat16 on a CPU
+without native bf16; --runtime torchscript refuses a trace that answers differently from its model. All refuse
+the LLM kinds."""
 
 from __future__ import annotations
 
@@ -14,11 +16,15 @@ from typing import Any
 import pytest
 import torch
 
+from bench.bf16_accuracy import pair_scores
 from scorekit.app import create_app
-from scorekit.models import load_backend
+from scorekit.models import default_model_path, load_backend
+from scorekit.models.bf16 import native_bf16
 from scorekit.settings import ModelSpec, Runtime, Settings
 from tests.e2e.texts import DOCS, QUERY
 from tests.live import Live, serve
+from tests.models.test_bf16 import DOCS as BF16_DOCS
+from tests.models.test_bf16 import MINILM_ERROR, QUERY_SET, TINY_ERROR
 
 pytestmark = pytest.mark.e2e
 
@@ -26,7 +32,9 @@ TEXTS = [QUERY, *DOCS, "", "a much longer text that runs on, " * 12]
 ATOL = 1e-5
 HAS_ONNX = importlib.util.find_spec("onnxruntime") is not None
 needs_onnx = pytest.mark.skipif(not HAS_ONNX, reason="the onnx extra is not installed")
-RUNTIMES = [pytest.param("onnx", marks=needs_onnx), "torchscript"]
+HAS_OPENVINO = importlib.util.find_spec("openvino") is not None
+needs_openvino = pytest.mark.skipif(not HAS_OPENVINO, reason="the openvino extra is not installed")
+RUNTIMES = [pytest.param("onnx", marks=needs_onnx), pytest.param("openvino", marks=needs_openvino), "torchscript"]
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +49,8 @@ def both(cross_encoder_dir: Path, cache: Path) -> Iterator[Live]:
     runtimes: list[Runtime] = ["torch", "torchscript"]
     if HAS_ONNX:
         runtimes.append("onnx")
+    if HAS_OPENVINO:
+        runtimes.append("openvino")
     models = [ModelSpec(name=f"minilm-{runtime}", runtime=runtime, cache_dir=str(cache)) for runtime in runtimes]
     models += [ModelSpec(folder, f"ce-{runtime}", runtime=runtime, cache_dir=str(cache)) for runtime in runtimes]
     with serve(create_app(Settings(models=tuple(models)))) as live:
@@ -82,13 +92,45 @@ def test_a_second_load_reuses_the_export(
 ) -> None:
     """The server above exported each model once; loading one again reads the file and exports nothing."""
     exports = sorted(cache.glob("onnx/*"))
-    assert [path.name for path in cache.glob("onnx/*/*")] == ["model.onnx", "model.onnx"]  # and nothing half-written
+    # One export per model and runtime that reads one, and nothing half-written.
+    assert [path.name for path in cache.glob("onnx/*/*")] == ["model.onnx"] * 2 * (1 + HAS_OPENVINO)
     with caplog.at_level(logging.INFO, logger="scorekit.models"):
         load_backend(str(cross_encoder_dir), runtime="onnx", cache_dir=str(cache))
     said = [record.getMessage() for record in caplog.records]
     assert any(line.startswith("reusing the ONNX export of") for line in said), said
     assert not any(line.startswith("exported") for line in said), said
     assert sorted(cache.glob("onnx/*")) == exports
+
+
+@needs_openvino
+@pytest.mark.skipif(not native_bf16(), reason="this CPU has no native bf16")
+@pytest.mark.parametrize("model", ["minilm", "cross-encoder"])
+def test_openvino_in_bf16_is_within_the_documented_error(model: str, cross_encoder_dir: Path, cache: Path) -> None:
+    """OpenVINO really computes in bfloat16 (the scores move off float32's), within the error bf16 may show, and
+    hands float32 scores back."""
+    folder, error = (default_model_path(), MINILM_ERROR) if model == "minilm" else (str(cross_encoder_dir), TINY_ERROR)
+    exact = pair_scores(load_backend(folder), QUERY_SET, BF16_DOCS)
+    got = pair_scores(
+        load_backend(folder, runtime="openvino", dtype="bfloat16", cache_dir=str(cache)), QUERY_SET, BF16_DOCS
+    )
+    assert got.dtype == torch.float32
+    assert 0 < float((got - exact).abs().max()) <= error
+
+
+@needs_openvino
+def test_openvino_refuses_bf16_without_native_bf16(cross_encoder_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a CPU without native bf16 OpenVINO would quietly compute in float32; the load says so instead."""
+    import openvino
+
+    class NoBF16(openvino.Core):  # type: ignore[misc]
+        def get_property(self, *args: Any) -> Any:
+            if args[1:] == ("OPTIMIZATION_CAPABILITIES",):
+                return ["FP32", "INT8"]
+            return super().get_property(*args)
+
+    monkeypatch.setattr(openvino, "Core", NoBF16)
+    with pytest.raises(ValueError, match=r"^--runtime openvino runs bfloat16 only on a CPU with native bf16"):
+        load_backend(str(cross_encoder_dir), runtime="openvino", dtype="bfloat16")
 
 
 def test_a_trace_that_answers_differently_is_refused(cross_encoder_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
