@@ -130,8 +130,8 @@ def openvino_forward(
     its own infer request, the state one forward needs, so two batches never share one. With several ``callers``
     (``--model-workers``), OpenVINO runs as many streams, the threads split between them, so batches run side by
     side, each on its share; in bfloat16 on a 2-core Xeon that ran 1.35x the items per CPU second of one stream on
-    both threads (16-pair cross-encoder batches, two callers; in float32, as many). A lone batch then runs on
-    its stream's share only: OpenVINO fixes the streams when it compiles."""
+    both threads (16-pair cross-encoder batches, two callers), and in float32 as many. A lone batch then runs on
+    its stream's share only: OpenVINO fixes the streams when it compiles. More callers than streams queue for them."""
     import openvino
 
     core = openvino.Core()
