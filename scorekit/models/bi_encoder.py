@@ -64,8 +64,8 @@ class BiEncoderBackend:
         self.pooling = _read_pooling(name, pooling_path)
         self._tokenizer = load_tokenizer(source)
         model = load_model(AutoModel, source, device, dtype, self.kind)
-        self._model = model
         self._forward = runtime.forward(model, "last_hidden_state", self._tokenizer.model_input_names)
+        self._model = model if runtime.runs_the_module else None
         self._device = device
         self._pad_id = pad_token_id(self._tokenizer)
         self.name = name

@@ -49,8 +49,8 @@ class CrossEncoderBackend:
                 f"Model {name!r} has {model.config.num_labels} labels; a cross-encoder needs exactly one "
                 "(a single relevance logit)."
             )
-        self._model = model
         self._forward = runtime.forward(model, "logits", self._tokenizer.model_input_names)
+        self._model = model if runtime.runs_the_module else None
         self._device = device
         self._pad_id = pad_token_id(self._tokenizer)
         self._sigmoid = _uses_sigmoid(model.config, name)

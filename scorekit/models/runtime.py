@@ -60,6 +60,12 @@ class ModelRuntime:
     cache_dir: str | None = None
     callers: int = 1
 
+    @property
+    def runs_the_module(self) -> bool:
+        """Whether the forward runs the torch module's own weights (torch, a trace of it); ONNX Runtime and OpenVINO
+        hold copies of their own, so a backend lets the module go once the forward is made (half the memory)."""
+        return self.name in ("torch", "torchscript")
+
     def forward(self, model: PreTrainedModel, output: str, input_names: Sequence[str]) -> Forward:
         """The call that gives ``model``'s ``output`` for a padded batch of ``input_names``."""
         if self.name == "torch":

@@ -7,8 +7,10 @@ the LLM kinds."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import logging
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ import torch
 
 from bench.bf16_accuracy import pair_scores
 from scorekit.app import create_app
-from scorekit.models import default_model_path, load_backend
+from scorekit.models import cross_encoder, default_model_path, load_backend
 from scorekit.models.bf16 import native_bf16
 from scorekit.settings import ModelSpec, Runtime, Settings
 from tests.e2e.texts import DOCS, QUERY
@@ -131,6 +133,34 @@ def test_openvino_refuses_bf16_without_native_bf16(cross_encoder_dir: Path, monk
     monkeypatch.setattr(openvino, "Core", NoBF16)
     with pytest.raises(ValueError, match=r"^--runtime openvino runs bfloat16 only on a CPU with native bf16"):
         load_backend(str(cross_encoder_dir), runtime="openvino", dtype="bfloat16")
+
+
+@pytest.mark.parametrize(
+    ("runtime", "kept"),
+    [
+        ("torch", True),
+        pytest.param("onnx", False, marks=needs_onnx),
+        pytest.param("openvino", False, marks=needs_openvino),
+    ],
+)
+def test_a_runtime_with_its_own_weights_lets_the_torch_module_go(
+    runtime: Runtime, kept: bool, cross_encoder_dir: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ONNX Runtime and OpenVINO hold their own copy of every weight: once the forward is made, nothing keeps the
+    torch module alive beside it (a base-size model's second copy is hundreds of MB). torch's forward runs it."""
+    loaded: list[weakref.ref[torch.nn.Module]] = []
+    load_model = cross_encoder.load_model
+
+    def recording(*args: Any) -> Any:
+        model = load_model(*args)
+        loaded.append(weakref.ref(model))
+        return model
+
+    monkeypatch.setattr(cross_encoder, "load_model", recording)
+    backend = load_backend(str(cross_encoder_dir), runtime=runtime, cache_dir=str(cache))
+    gc.collect()
+    assert len(loaded) == 1 and (loaded[0]() is not None) == kept
+    assert pair_scores(backend, QUERY_SET, BF16_DOCS).isfinite().all()
 
 
 def test_a_trace_that_answers_differently_is_refused(cross_encoder_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
