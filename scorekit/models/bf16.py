@@ -19,6 +19,9 @@ EMULATED_SLOWDOWN = 5.0
 # Likewise: on a CPU with AMX (an Intel Xeon with amx_bf16 and avx512_bf16), the same forward in bfloat16 took
 # 0.2x to 0.3x the CPU time of float32 in three runs. No CPU with avx512_bf16 alone was measured.
 AMX_SPEEDUP = 3.0
+# And from docs/models.md ("OpenVINO on the CPU"): OpenVINO's bfloat16 forward ran 3.45x to 4.86x the items per CPU
+# second of torch float32 at batch 32 on that CPU (--runtime openvino --dtype bfloat16).
+OPENVINO_AMX_SPEEDUP = "3.5-5x"
 
 
 def native_bf16() -> list[str]:
@@ -40,7 +43,8 @@ def bf16_line(dtype: torch.dtype, native: list[str]) -> tuple[int, str]:
         return logging.WARNING, f"{has_not}: bfloat16 is emulated, {slower}; --dtype float32 is faster and exact"
     if native:
         gain = (
-            f"about {AMX_SPEEDUP:.0f}x less CPU per forward with amx_bf16 (docs/benchmarks.md)"
+            f"about {AMX_SPEEDUP:.0f}x less CPU per forward with amx_bf16 (docs/benchmarks.md), {OPENVINO_AMX_SPEEDUP}"
+            " with --runtime openvino (docs/models.md)"
             if "amx_bf16" in native
             else "no speed figure measured without amx_bf16"
         )

@@ -129,7 +129,8 @@ def served_rerank(settings: Settings, query: str, documents: list[str]) -> torch
             torch.float32,
             ["avx512_bf16", "amx_bf16"],
             logging.INFO,
-            "native bf16 (avx512_bf16, amx_bf16): --dtype bfloat16 may run faster (about 3x less CPU per forward",
+            "native bf16 (avx512_bf16, amx_bf16): --dtype bfloat16 may run faster (about 3x less CPU per forward with"
+            " amx_bf16 (docs/benchmarks.md), 3.5-5x with --runtime openvino (docs/models.md)",
         ),
         (
             torch.float32,
