@@ -1,14 +1,15 @@
 """``python -m bench.runtimes``: the CPU runtimes that could run a model's forward beside torch, measured side by
-side in one process: torch eager, ONNX Runtime and OpenVINO (fp32, and OpenVINO's default precision, which is
-bf16 on a CPU with native bf16 and f32 elsewhere), on the embedded MiniLM bi-encoder and a random cross-encoder of
-ms-marco-MiniLM-L-6's shape, at batch 1 and 32.
+side in one process: torch eager (float32, and with bfloat16 weights as ``--dtype bfloat16`` loads them), ONNX
+Runtime and OpenVINO (fp32, and OpenVINO's default precision, which is bf16 on a CPU with native bf16 and f32
+elsewhere), on the embedded MiniLM bi-encoder and a random cross-encoder of ms-marco-MiniLM-L-6's shape, at batch 1
+and 32.
 
 Both runtimes run the same ONNX file, exported from the transformers module as ``--runtime onnx`` exports it,
 with as many threads as torch has and no busy-waiting (the reason the CLI sets OMP_WAIT_POLICY=PASSIVE).
 Throughput is items per CPU second of this process (``time.process_time``, every thread), as the other benchmarks
 report it; the rounds alternate the runtimes so a neighbour's load lands on all of them. The error is the largest
 absolute difference from torch's float32 output over the same 32 inputs: the normalised mean-pooled embedding, or
-the logit. OpenVINO is no dependency of scorekit: ``pip install openvino onnxruntime onnx`` before running this.
+the logit. It needs the onnx and openvino extras (``make install`` installs both).
 
 ``--served`` measures what reaches a client instead (see ``served``): two servers, ``--runtime torch`` and
 ``--runtime onnx``, under the same HTTP load.
