@@ -90,7 +90,8 @@ def cache_root(cache_dir: str | None) -> Path:
 
 
 def cached_export(model: PreTrainedModel, output: str, input_names: Sequence[str], root: Path, runtime: str) -> Path:
-    """The ONNX file of ``model`` for ``runtime`` (its name and version): exported now, or reused from the cache."""
+    """The ONNX file of ``model`` for ``runtime`` (what the key names the runtime by: ONNX Runtime's version, as the
+    cache has always been keyed, or "openvino <version>"): exported now, or reused from the cache."""
     folder = root / "onnx" / export_key(model, output, input_names, runtime)
     path = folder / MODEL_FILE
     if path.exists():
@@ -150,8 +151,6 @@ def openvino_forward(
             )
         precision = "bf16"
         model = copy.deepcopy(model).float()  # type: ignore[no-untyped-call]
-    elif model.dtype != torch.float32:
-        raise ValueError(f"--runtime openvino serves float32 and bfloat16, not {model.dtype}, on the CPU")
     path = cached_export(model, output, input_names, root, f"openvino {openvino.__version__}")
     compiled = core.compile_model(
         str(path),

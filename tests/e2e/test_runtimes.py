@@ -120,7 +120,9 @@ def test_openvino_in_bf16_is_within_the_documented_error(model: str, cross_encod
 
 
 @needs_openvino
-def test_openvino_refuses_bf16_without_native_bf16(cross_encoder_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_openvino_refuses_bf16_without_native_bf16(
+    cross_encoder_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On a CPU without native bf16 OpenVINO would quietly compute in float32; the load says so instead."""
     import openvino
 
@@ -132,7 +134,7 @@ def test_openvino_refuses_bf16_without_native_bf16(cross_encoder_dir: Path, monk
 
     monkeypatch.setattr(openvino, "Core", NoBF16)
     with pytest.raises(ValueError, match=r"^--runtime openvino runs bfloat16 only on a CPU with native bf16"):
-        load_backend(str(cross_encoder_dir), runtime="openvino", dtype="bfloat16")
+        load_backend(str(cross_encoder_dir), runtime="openvino", dtype="bfloat16", cache_dir=str(tmp_path))
 
 
 @pytest.mark.parametrize(
