@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from dataclasses import replace
 
 import anyio.to_thread
 from starlette.middleware import Middleware
@@ -36,6 +37,7 @@ from scorekit.middleware.inflight import InFlight
 from scorekit.middleware.metrics import RequestMetrics
 from scorekit.models import PairScorer, load_spec
 from scorekit.models.base import Backend
+from scorekit.models.budget import TokenBudget, token_budgets
 from scorekit.registry import ModelRegistry
 from scorekit.routing import Alias, Route, Router
 from scorekit.settings import ModelSpec, Settings
@@ -118,28 +120,43 @@ class ScorekitApp:
     async def lifespan(self, _host: object = None) -> AsyncIterator[None]:
         """Load every model and run its worker for the duration; usable as Starlette's ``lifespan=``.
 
-        Models load one after another (each load already uses every core); a model that fails to load
-        stops the ones started before it."""
+        Models load one after another (each load already uses every core), all of them before any engine
+        starts, since a budget sized for a GPU depends on what every model left free there; a model that fails
+        to load or start stops the ones started before it."""
+        specs = [served.spec for served in self.models]
+        backends = dict(self._backends)
+        for spec in specs:
+            if spec.served_name not in backends:
+                backends[spec.served_name] = await anyio.to_thread.run_sync(self._load, spec)
+        budgets = await anyio.to_thread.run_sync(token_budgets, specs, backends)
         async with AsyncExitStack() as stack:
-            for served in self.models:
-                engine = await anyio.to_thread.run_sync(self._start_engine, served.spec)
-                stack.push_async_callback(self._stop_engine, served.name, engine)
+            for spec in specs:
+                name = spec.served_name
+                engine = await anyio.to_thread.run_sync(self._start_engine, name, backends[name], spec, budgets[name])
+                stack.push_async_callback(self._stop_engine, name, engine)
             yield
 
-    def _start_engine(self, spec: ModelSpec) -> Engine:
+    def _load(self, spec: ModelSpec) -> Backend:
         ensure_visible()  # before the model loads: its load line is part of the start-up log too
-        name = spec.served_name
-        backend = self._backends.get(name) or load_spec(spec)
-        check_long_documents(self.settings, name, backend)
-        engine = Engine(backend, spec.engine, observer=self.metrics.model(name))
+        backend = load_spec(spec)
+        check_long_documents(self.settings, spec.served_name, backend)
+        return backend
+
+    def _start_engine(self, name: str, backend: Backend, spec: ModelSpec, budget: TokenBudget) -> Engine:
+        ensure_visible()
+        check_long_documents(self.settings, name, backend)  # for a model loaded before the app
+        config = replace(spec.engine, max_batch_tokens=budget.tokens)
+        engine = Engine(backend, config, observer=self.metrics.model(name))
         engine.start()
         logger.info(
-            "scorekit %s serving %s (%s, inputs up to %d tokens) as %r",
+            "scorekit %s serving %s (%s, inputs up to %d tokens) as %r; batches of up to %d padded tokens (%s)",
             __version__,
             backend.name,
             backend.kind,
             backend.max_length,
             name,
+            budget.tokens,
+            budget.source,
         )
         self.models.add(name, engine)
         return engine

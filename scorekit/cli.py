@@ -58,6 +58,16 @@ def _usage_error(prog: str, message: str) -> NoReturn:
     sys.exit(2)
 
 
+def _whole_or_auto(text: str) -> int:
+    """A whole number from 1, or ``auto`` (0 here: ``_model_specs`` makes it None, sized for the device)."""
+    if text == "auto":
+        return 0
+    try:
+        return _whole(1)(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (or auto)") from None
+
+
 def _whole(low: int, high: int | None = None) -> Callable[[str], int]:
     """An integer from ``low`` to ``high`` (no upper bound when None)."""
     bounds = f"at least {low}" if high is None else f"from {low} to {high}"
@@ -299,7 +309,15 @@ _FLAGS = (
         "Tokens a chunked document's window shares with the one before it (at most half a window)",
         metavar="N",
     ),
-    _Flag("max-batch-tokens", _whole(1), _ENGINE.max_batch_tokens, "Padded tokens per model batch", metavar="N"),
+    _Flag(
+        "max-batch-tokens",
+        _whole_or_auto,
+        _ENGINE.max_batch_tokens,
+        "Padded tokens (longest x count) per model batch; auto: 16384 on a CPU, and on a GPU what a share of the"
+        " memory the model leaves free holds, measured at start-up",
+        "auto",
+        metavar="N|auto",
+    ),
     _Flag("max-batch-size", _whole(1), _ENGINE.max_batch_size, "Items per model batch", metavar="N"),
     _Flag(
         "min-batch-size",
@@ -579,7 +597,7 @@ def _model_specs(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
     if (missing := runtime_missing(args.runtime)) is not None:
         raise _FlagError(missing)
     engine = EngineConfig(
-        max_batch_tokens=args.max_batch_tokens,
+        max_batch_tokens=args.max_batch_tokens or None,  # auto (0): sized for the device
         max_batch_size=args.max_batch_size,
         max_queued_items=args.max_queued_items,
         max_concurrent_requests=args.max_concurrent_requests,
@@ -656,6 +674,7 @@ def serve(args: argparse.Namespace) -> int:
     # The heavy imports (torch, transformers, uvicorn) come only now that the flags are good.
     from scorekit.app import check_long_documents, create_app
     from scorekit.models import default_model_path, detect_kind, load_spec
+    from scorekit.models.budget import token_budgets
     from scorekit.serving import run_server
 
     route_transformers(args.log_level)
@@ -671,6 +690,7 @@ def serve(args: argparse.Namespace) -> int:
         backends = {spec.served_name: load_spec(spec) for spec in settings.served_models()}
         for name, backend in backends.items():
             check_long_documents(settings, name, backend)
+        token_budgets(settings.served_models(), backends)  # a GPU without room: one line (the app reuses it)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:

@@ -97,6 +97,8 @@ class Engine:
     """One model, its batcher and its worker (one thread, or ``model_workers``)."""
 
     def __init__(self, backend: Backend, config: EngineConfig, *, observer: EngineObserver) -> None:
+        if config.max_batch_tokens is None:  # auto: the app sizes it for the device first (models/budget.py)
+            raise ValueError("an Engine needs a number of max_batch_tokens: see scorekit.models.budget")
         self.backend = backend
         self.config = config
         self.batcher = Batcher(

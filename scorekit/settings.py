@@ -29,7 +29,8 @@ DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 class EngineConfig:
     """One engine's batching and admission limits (see DESIGN.md section 4)."""
 
-    max_batch_tokens: int = 16384
+    # Padded tokens (longest x count) per model batch; None: sized for the device at start-up (models/budget.py).
+    max_batch_tokens: int | None = None
     max_batch_size: int = 128
     max_queued_items: int = 50_000
     max_concurrent_requests: int = 512
@@ -50,8 +51,11 @@ class EngineConfig:
     def __post_init__(self) -> None:
         # An embedding app builds these without the CLI's checks: a zero batch size would kill the worker
         # at the first request, so it is refused here, where the mistake is made.
-        for name in (f.name for f in fields(self) if f.name not in ("max_queue_wait", "batch_efficiency")):
+        optional = ("max_batch_tokens", "max_queue_wait", "batch_efficiency")
+        for name in (f.name for f in fields(self) if f.name not in optional):
             _at_least(self, name, 1)
+        if self.max_batch_tokens is not None:
+            _at_least(self, "max_batch_tokens", 1)
         if self.max_queue_wait is not None:
             _seconds(self, "max_queue_wait", zero=False)
         if self.batch_efficiency is not None:

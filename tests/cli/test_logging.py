@@ -36,7 +36,8 @@ def test_serve_logs_in_one_format_with_the_start_up_facts(tmp_path: Path, cross_
         re.MULTILINE,
     )
     assert loaded is not None and loaded.group(1) == str(cross_encoder_dir), text
-    assert re.search(r"scorekit\.app: scorekit 0\.1\.0 serving .+ \(cross-encoder, inputs up to 128 tokens\)", text)
+    serving = r"scorekit\.app: scorekit 0\.1\.0 serving .+ \(cross-encoder, inputs up to 128 tokens\) as '.+'; "
+    assert re.search(serving + r"batches of up to 16384 padded tokens \(the CPU default\)$", text, re.MULTILINE)
     assert re.search(r"scorekit\.serving: serving on http://127\.0\.0\.1:\d+ \(Ctrl-C drains", text)
     assert re.search(r'uvicorn\.access: 127\.0\.0\.1:\d+ - "POST /rerank HTTP/1\.1" 200', text)
 

@@ -36,6 +36,7 @@ def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         ("--max-batch-size", "0"),
         ("--max-batch-size", "-3"),
         ("--max-batch-tokens", "0"),
+        ("--max-batch-tokens", "automatic"),
         ("--max-queued-items", "0"),
         ("--max-concurrent-requests", "0"),
         ("--max-body-bytes", "0"),
@@ -108,6 +109,20 @@ def test_defaults_are_the_settings_defaults() -> None:
     parsed = settings_from(parse(["serve"]))
     assert parsed.served_models() == Settings(engine=EngineConfig()).served_models()
     assert dataclasses.replace(parsed, models=()) == Settings()
+
+
+@pytest.mark.parametrize(
+    ("argv", "variable", "tokens"),
+    [([], "", None), (["--max-batch-tokens", "auto"], "512", None), ([], "auto", None), ([], "2048", 2048)],
+)
+def test_max_batch_tokens_is_a_number_or_auto(
+    argv: list[str], variable: str, tokens: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """auto (None) is sized for the device at start-up (models/budget.py); on the command line it wins over the
+    variable like any value."""
+    monkeypatch.setenv("SCOREKIT_MAX_BATCH_TOKENS", variable)
+    specs = settings_from(parse(["serve", "--model", "a", "--model", "b=c", *argv])).served_models()
+    assert [spec.engine.max_batch_tokens for spec in specs] == [tokens, tokens]
 
 
 def test_model_workers_reach_every_model() -> None:

@@ -1,6 +1,7 @@
 """The GPU paths, on a machine with CUDA (skipped elsewhere, so CI, which has no GPU, skips them): every model
 kind scores on the GPU in float32 as on the CPU, in float16 and bfloat16 within the documented error, with
-float32 outputs; ``auto`` is float16 there; batches reach the device from pinned memory; and a server started
+float32 outputs; ``auto`` is float16 there; batches reach the device from pinned memory; ``--max-batch-tokens auto``
+sizes the budget from the device's memory, and a batch of it fits; and a server started
 with ``device="cuda"`` answers /rerank as the CPU does. Not a benchmark: nothing here is timed."""
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import torch
 
 from bench.bf16_accuracy import QUERIES, documents, pair_scores
 from scorekit.models import ModelKind, PairScorer, default_model_path, load_backend
-from scorekit.models.base import no_checkpoint
+from scorekit.models.base import Encoded, no_checkpoint, token_array
+from scorekit.models.budget import MEMORY_SHARE, batch_token_budget, token_budgets
 from scorekit.models.causal_lm import PER_ROW_LOGITS, TRANSFORMERS
 from scorekit.models.loading import pad_batch
-from scorekit.settings import Settings
+from scorekit.settings import EngineConfig, ModelSpec, Settings
 from scorekit.tasks import PairOptions
 from tests.models.test_bf16 import BUILDS, MINILM_ERROR, TINY_ERROR, Scores, served_rerank
 from tests.tiny_models import build_cross_encoder
@@ -84,6 +86,37 @@ def test_a_padded_batch_reaches_the_gpu_whole(tmp_path: Path) -> None:
     for key, value in on_gpu.items():
         assert value.device.type == "cuda"
         assert torch.equal(value.cpu(), on_cpu[key])
+
+
+@pytest.mark.parametrize("name", sorted(KINDS))
+def test_auto_sizes_the_batch_budget_from_the_gpu_memory_and_a_batch_of_it_fits(name: str, tmp_path: Path) -> None:
+    _, kind, _ = KINDS[name]
+    if kind == "causal-lm" and TRANSFORMERS < PER_ROW_LOGITS:
+        pytest.skip(f"generative scoring needs transformers {PER_ROW_LOGITS} (this is {TRANSFORMERS})")
+    folder = _folder(name, tmp_path)
+    backend = load_backend(folder, kind=kind, device="cuda")
+    budget = batch_token_budget(backend, ModelSpec(folder, kind=kind, device="cuda"))
+    assert budget.source.startswith("sized for cuda: ") and "KiB per token" in budget.source
+    assert backend.max_length <= budget.tokens <= EngineConfig().max_batch_size * backend.max_length
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    longest = Encoded(token_array([0] * backend.max_length), label_token_ids=(0,))
+    backend.forward([longest] * (budget.tokens // backend.max_length))
+    assert torch.cuda.max_memory_allocated() - before <= MEMORY_SHARE * free
+
+
+def test_models_on_one_gpu_split_its_memory() -> None:
+    folder = default_model_path()
+    backend = load_backend(folder, device="cuda")
+    uncapped = EngineConfig(max_batch_size=10**7)  # so that only the memory decides
+    alone = batch_token_budget(backend, ModelSpec(folder, device="cuda", engine=uncapped)).tokens
+    pairs = (("a", "cuda"), ("b", "cuda:0"))  # one GPU, named two ways
+    specs = [ModelSpec(folder, name, device=device, engine=uncapped) for name, device in pairs]
+    budgets = token_budgets(specs, {"a": backend, "b": backend})
+    assert all(abs(budget.tokens - alone / 2) <= 1 for budget in budgets.values())
+    assert all("2 models share it" in budget.source for budget in budgets.values())
 
 
 def test_a_gpu_server_reranks_as_the_cpu_does() -> None:

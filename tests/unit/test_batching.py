@@ -278,5 +278,5 @@ class Silent:
 def test_batches_are_cut_by_the_cost_fit_except_an_llm_rerankers(kind: ModelKind, budget: float | None) -> None:
     """An LLM reranker's prompts share a prefix that runs once per batch, so its batch cost is not the fixed plus
     per-token fit the budget cuts by: its batches fill to the caps."""
-    engine = Engine(KindOnly(kind), EngineConfig(batch_efficiency=0.8), observer=Silent())
+    engine = Engine(KindOnly(kind), EngineConfig(max_batch_tokens=16384, batch_efficiency=0.8), observer=Silent())
     assert engine.batcher.batch_efficiency == budget
