@@ -14,7 +14,9 @@ scores then differ by each one's rounding, so the check that both serve the same
 The same /rerank bodies (one query, 16 documents) go to each server at concurrency 1, 8 and 32, the two servers
 alternating for 3 rounds; each window reports documents scored per CPU second of the server process (the form
 that holds still on a shared machine) and the p99 latency. The figure is scorekit / Infinity, the median of
-the rounds; the target is >= 1.3 at 8 and 32.
+the rounds; the target is >= 1.3 at 8 and 32. Then ``bench.ceiling`` puts both beside the most documents per CPU
+second this CPU's matrix-multiply peak allows on the model, in the dtype served: how much of the CPU each server
+turns into scores, and the most any server could gain on Infinity here.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
+from bench.ceiling import ceiling
 from bench.corpus import rerank_set
 from bench.driver import loadgen, write_spec
 from bench.servers import NO_PROXY, ROOT, Server, child_env, free_port, running, spawn_command, spawn_scorekit
@@ -142,7 +145,10 @@ def run(
                     for name, server in (("scorekit", scorekit), ("infinity", infinity))
                 }
             )
+    # After the servers stop, so the measure of the CPU's peak runs alone.
+    peak = ceiling(folder, requests.bodies, dtype)
     return {
+        "ceiling": {**peak, "shares": shares_of(rounds, peak["docs_per_cpu_s"])},
         "infinity": INFINITY,
         "scorekit_runtime": runtime,
         "scorekit_model_workers": model_workers,
@@ -150,6 +156,23 @@ def run(
         "docs_per_request": DOCS,
         "rounds": rounds,
         "ratios": ratios_of(rounds),
+    }
+
+
+def shares_of(rounds: list[dict[str, dict[str, Any]]], most: float) -> dict[str, dict[str, float]]:
+    """Per concurrency, each server's median documents per CPU second as a share of ``most`` (the ceiling), and
+    the ceiling over Infinity's: the most any server could gain on Infinity here."""
+
+    def median(c: int, name: str) -> float:
+        return statistics.median(r[f"{name}@{c}"]["docs_per_cpu_s"] for r in rounds)
+
+    return {
+        str(c): {
+            "scorekit": median(c, "scorekit") / most,
+            "infinity": median(c, "infinity") / most,
+            "ceiling_over_infinity": most / median(c, "infinity"),
+        }
+        for c in CONCURRENCIES
     }
 
 
@@ -211,6 +234,17 @@ def main(argv: list[str] | None = None) -> int:
         row = f"{c:>11}  {ratio['docs_per_cpu_s']:>32.2f}x  {ratio['docs_per_s']:>7.2f}x"
         print(f"{row}  {ratio['p99_infinity_over_scorekit']:>27.2f}x")
     print(f"(target >= 1.3x at 8 and 32; median of {ROUNDS} alternating rounds; {time.perf_counter() - started:.0f} s)")
+    peak = results["ceiling"]
+    print(
+        f"ceiling (bench.ceiling): {peak['docs_per_cpu_s']:.0f} documents per CPU second at this CPU's {args.dtype}"
+        f" matrix-multiply peak ({peak['peak_flops_per_cpu_s'] / 1e9:.0f} GFLOP per CPU s,"
+        f" {peak['flops_per_document'] / 1e9:.2f} GFLOP per document)"
+    )
+    print(f"{'concurrency':>11}  {'scorekit / ceiling':>18}  {'Infinity / ceiling':>18}  {'ceiling / Infinity':>18}")
+    for c, share in peak["shares"].items():
+        print(
+            f"{c:>11}  {share['scorekit']:>18.2f}  {share['infinity']:>18.2f}  {share['ceiling_over_infinity']:>17.2f}x"
+        )
     return 0
 
 

@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from transformers import PreTrainedModel
@@ -49,6 +49,7 @@ OPSET = 17
 MODEL_FILE = "model.onnx"  # in a folder of its own per export: a model over 2 GB gets its weights in files beside it
 # A batch's inputs by name (what loading.pad_batch makes) to the module's one output the backend reads.
 Forward = Callable[[dict[str, torch.Tensor]], torch.Tensor]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,20 +90,28 @@ def cache_root(cache_dir: str | None) -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "scorekit"
 
 
-def cached_export(model: PreTrainedModel, output: str, input_names: Sequence[str], root: Path, runtime: str) -> Path:
-    """The ONNX file of ``model`` for ``runtime`` (what the key names the runtime by: ONNX Runtime's version, as the
-    cache has always been keyed, or "openvino <version>"): exported now, or reused from the cache."""
+def cached_export(
+    model: PreTrainedModel, output: str, input_names: Sequence[str], root: Path, runtime: str, load: Callable[[Path], T]
+) -> T:
+    """``load`` of the ONNX file of ``model`` for ``runtime`` (what the key names the runtime by: ONNX Runtime's
+    version, as the cache has always been keyed, or "openvino <version>"): exported now, or reused from the cache.
+
+    A cached file the runtime cannot load (damaged on disk after it was written: exports are renamed into place
+    only when complete) is exported again, once, with a warning that names it, rather than ending the start."""
     folder = root / "onnx" / export_key(model, output, input_names, runtime)
     path = folder / MODEL_FILE
     if path.exists():
         logger.info("reusing the ONNX export of %s from %s", model.name_or_path, folder)
-    else:
-        started = time.monotonic()
-        export(model, output, input_names, folder)
-        logger.info(
-            "exported %s to ONNX in %.1f s, cached in %s", model.name_or_path, time.monotonic() - started, folder
-        )
-    return path
+        try:
+            return load(path)
+        except Exception as exc:  # each runtime fails in its own words: ONNX Runtime's Fail, OpenVINO's RuntimeError
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            logger.warning("the cached export in %s cannot be loaded (%s); exporting it again", folder, first)
+            shutil.rmtree(folder, ignore_errors=True)
+    started = time.monotonic()
+    export(model, output, input_names, folder)
+    logger.info("exported %s to ONNX in %.1f s, cached in %s", model.name_or_path, time.monotonic() - started, folder)
+    return load(path)
 
 
 def onnx_forward(model: PreTrainedModel, output: str, input_names: Sequence[str], root: Path) -> Forward:
@@ -110,12 +119,15 @@ def onnx_forward(model: PreTrainedModel, output: str, input_names: Sequence[str]
     thread count and no busy-waiting (the reason the CLI sets OMP_WAIT_POLICY=PASSIVE)."""
     import onnxruntime
 
-    path = cached_export(model, output, input_names, root, onnxruntime.__version__)
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = torch.get_num_threads()
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+    def load(path: Path) -> Any:
+        return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+    session = cached_export(model, output, input_names, root, onnxruntime.__version__, load)
     fed = [node.name for node in session.get_inputs()]  # the exporter drops an input the graph never reads
 
     def run(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -151,18 +163,18 @@ def openvino_forward(
             )
         precision = "bf16"
         model = copy.deepcopy(model).float()  # type: ignore[no-untyped-call]
-    path = cached_export(model, output, input_names, root, f"openvino {openvino.__version__}")
-    compiled = core.compile_model(
-        str(path),
-        "CPU",
-        {
-            "INFERENCE_PRECISION_HINT": precision,
-            "INFERENCE_NUM_THREADS": torch.get_num_threads(),
-            "PERFORMANCE_HINT": "LATENCY" if callers == 1 else "THROUGHPUT",
-            "NUM_STREAMS": min(callers, torch.get_num_threads()),
-            "ENABLE_CPU_PINNING": False,
-        },
-    )
+    settings = {
+        "INFERENCE_PRECISION_HINT": precision,
+        "INFERENCE_NUM_THREADS": torch.get_num_threads(),
+        "PERFORMANCE_HINT": "LATENCY" if callers == 1 else "THROUGHPUT",
+        "NUM_STREAMS": min(callers, torch.get_num_threads()),
+        "ENABLE_CPU_PINNING": False,
+    }
+
+    def load(path: Path) -> Any:
+        return core.compile_model(str(path), "CPU", settings)
+
+    compiled = cached_export(model, output, input_names, root, f"openvino {openvino.__version__}", load)
     fed = [port.get_any_name() for port in compiled.inputs]  # the exporter drops an input the graph never reads
     requests = threading.local()
 

@@ -1,9 +1,9 @@
 """Each runtime beside torch serves what --runtime torch serves, to 1e-5, through a real server: the embedded MiniLM's
 embeddings and a tiny cross-encoder's scores and logits, over inputs of several lengths (padded batches) and one
-alone (a batch of one). --runtime onnx makes its export once and reuses it from the cache at the next load;
---runtime openvino in bfloat16 scores within the bf16 error docs/models.md states, and refuses bfloat16 on a CPU
-without native bf16; --runtime torchscript refuses a trace that answers differently from its model. All refuse
-the LLM kinds."""
+alone (a batch of one). --runtime onnx makes its export once and reuses it from the cache at the next load, and
+exports a damaged cached file again; --runtime openvino in bfloat16 scores within the bf16 error docs/models.md
+states, and refuses bfloat16 on a CPU without native bf16; --runtime torchscript refuses a trace that answers
+differently from its model. All refuse the LLM kinds."""
 
 from __future__ import annotations
 
@@ -102,6 +102,31 @@ def test_a_second_load_reuses_the_export(
     assert any(line.startswith("reusing the ONNX export of") for line in said), said
     assert not any(line.startswith("exported") for line in said), said
     assert sorted(cache.glob("onnx/*")) == exports
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES[:2])  # the two that read a cached export
+def test_a_damaged_cached_export_is_exported_again(
+    runtime: Runtime, cross_encoder_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cached file the runtime cannot read (damaged on disk) is replaced, with a warning, and the model serves
+    as torch does; the load after that reuses the new file."""
+    folder = str(cross_encoder_dir)
+    load_backend(folder, runtime=runtime, cache_dir=str(tmp_path))
+    [cached] = tmp_path.glob("onnx/*/model.onnx")
+    cached.write_bytes(cached.read_bytes()[: cached.stat().st_size // 3])
+    with caplog.at_level(logging.INFO, logger="scorekit.models"):
+        backend = load_backend(folder, runtime=runtime, cache_dir=str(tmp_path))
+    said = [record.getMessage() for record in caplog.records]
+    warned = [line for line in said if "cannot be loaded" in line]
+    assert len(warned) == 1 and str(cached.parent) in warned[0] and warned[0].endswith("; exporting it again"), said
+    assert any(line.startswith("exported") for line in said), said
+    exact = pair_scores(load_backend(folder), QUERY_SET, BF16_DOCS)
+    assert float((pair_scores(backend, QUERY_SET, BF16_DOCS) - exact).abs().max()) <= ATOL
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="scorekit.models"):
+        load_backend(folder, runtime=runtime, cache_dir=str(tmp_path))
+    said = [record.getMessage() for record in caplog.records]
+    assert any(line.startswith("reusing") for line in said) and not any("cannot be loaded" in line for line in said)
 
 
 @needs_openvino
