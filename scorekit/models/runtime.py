@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy
 import torch
 from transformers import PreTrainedModel
 
@@ -149,8 +150,10 @@ def openvino_forward(
     its own infer request, the state one forward needs, so two batches never share one. With several ``callers``
     (``--model-workers``), OpenVINO runs as many streams, the threads split between them, so batches run side by
     side, each on its share; in bfloat16 on a 2-core Xeon that ran 1.35x the items per CPU second of one stream on
-    both threads (16-pair cross-encoder batches, two callers), and in float32 as many. A lone batch then runs on
-    its stream's share only: OpenVINO fixes the streams when it compiles. More callers than streams queue for them."""
+    both threads (16-pair cross-encoder batches, two callers), and in float32 as many. OpenVINO fixes the streams
+    when it compiles, so a batch that runs alone is split into one part per stream, run side by side (``_Alone``):
+    else it would run on one stream's share of the threads while the others idle. More callers than streams queue
+    for them."""
     import openvino
 
     core = openvino.Core()
@@ -163,11 +166,12 @@ def openvino_forward(
             )
         precision = "bf16"
         model = copy.deepcopy(model).float()  # type: ignore[no-untyped-call]
+    streams = min(callers, torch.get_num_threads())
     settings = {
         "INFERENCE_PRECISION_HINT": precision,
         "INFERENCE_NUM_THREADS": torch.get_num_threads(),
         "PERFORMANCE_HINT": "LATENCY" if callers == 1 else "THROUGHPUT",
-        "NUM_STREAMS": min(callers, torch.get_num_threads()),
+        "NUM_STREAMS": streams,
         "ENABLE_CPU_PINNING": False,
     }
 
@@ -176,18 +180,47 @@ def openvino_forward(
 
     compiled = cached_export(model, output, input_names, root, f"openvino {openvino.__version__}", load)
     fed = [port.get_any_name() for port in compiled.inputs]  # the exporter drops an input the graph never reads
-    requests = threading.local()
+    local = threading.local()
+    alone = _Alone()
 
     def run(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        request = getattr(requests, "request", None)
-        if request is None:
-            request = requests.request = compiled.create_infer_request()
-        result = request.infer({name: inputs[name].numpy() for name in fed})  # a copy: the request reuses its buffer
-        return torch.from_numpy(result[0])
+        requests = getattr(local, "requests", None)
+        if requests is None:
+            requests = local.requests = [compiled.create_infer_request() for _ in range(streams)]
+        arrays = {name: inputs[name].numpy() for name in fed}
+        rows = len(arrays[fed[0]])
+        with alone as by_itself:
+            step = -(-rows // streams) if by_itself else rows  # rows per part, rounded up
+            if step == rows:
+                return torch.from_numpy(requests[0].infer(arrays)[0])  # a copy: the request reuses its buffer
+            parts = requests[: -(-rows // step)]
+            for index, request in enumerate(parts):
+                request.start_async({name: array[index * step : (index + 1) * step] for name, array in arrays.items()})
+            for request in parts:
+                request.wait()
+            return torch.from_numpy(numpy.concatenate([request.get_output_tensor(0).data for request in parts]))
 
     release = openvino.__version__.split("-")[0]  # "2026.4.1" of "2026.4.1-22982-e213a147257-releases/2026/4"
     logger.info("compiled %s with OpenVINO %s for the CPU in %s", model.name_or_path, release, precision)
     return run
+
+
+class _Alone:
+    """Counts the forwards in flight; entering says whether this one is the only one (then it may take every
+    stream). A forward that starts while a split one runs takes one stream and queues in OpenVINO for it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+
+    def __enter__(self) -> bool:
+        with self._lock:
+            self._running += 1
+            return self._running == 1
+
+    def __exit__(self, *_: object) -> None:
+        with self._lock:
+            self._running -= 1
 
 
 def export_key(model: PreTrainedModel, output: str, input_names: Sequence[str], runtime_version: str) -> str:

@@ -130,6 +130,38 @@ def test_a_damaged_cached_export_is_exported_again(
 
 
 @needs_openvino
+def test_openvino_splits_a_lone_batch_over_its_streams_and_keeps_the_order(
+    cross_encoder_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With two streams (two model threads), a batch that runs alone is cut in two parts that run at once, and the
+    scores come back in input order, as torch's; a batch of one input runs whole."""
+    import openvino
+
+    started: list[int] = []
+    start_async = openvino.InferRequest.start_async
+
+    def counted(self: Any, inputs: dict[str, Any], *args: Any) -> Any:
+        started.append(len(next(iter(inputs.values()))))
+        return start_async(self, inputs, *args)
+
+    monkeypatch.setattr(openvino.InferRequest, "start_async", counted)
+    folder = str(cross_encoder_dir)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # a stream per thread: the suite runs on one (tests/conftest.py)
+    try:
+        backend = load_backend(folder, runtime="openvino", callers=2, cache_dir=str(tmp_path))
+    finally:
+        torch.set_num_threads(threads)
+    documents = [f"document {n}, " * (1 + 3 * n) for n in range(7)]  # distinct, of several lengths (padded)
+    exact = pair_scores(load_backend(folder), [QUERY], documents)
+    assert float((pair_scores(backend, [QUERY], documents) - exact).abs().max()) <= ATOL
+    assert started == [4, 3]
+    started.clear()
+    assert float((pair_scores(backend, [QUERY], documents[:1]) - exact[:, :1]).abs().max()) <= ATOL
+    assert started == []
+
+
+@needs_openvino
 @pytest.mark.skipif(not native_bf16(), reason="this CPU has no native bf16")
 @pytest.mark.parametrize("model", ["minilm", "cross-encoder"])
 def test_openvino_in_bf16_is_within_the_documented_error(model: str, cross_encoder_dir: Path, tmp_path: Path) -> None:
