@@ -83,6 +83,13 @@ def target_ongoing_requests(settings: Settings, options: RayOptions) -> int:
 
 def deployment_options(settings: Settings, options: RayOptions) -> dict[str, Any]:
     """Keyword arguments for ``ray.serve.deployment``."""
+    auto = [spec for spec in settings.served_models() if spec.engine.max_batch_tokens is None]
+    if 0 < options.num_gpus < 1 and any(spec.device.startswith("cuda") for spec in auto):
+        # Each replica would size its batches for the GPU's free memory as if it were alone on it.
+        raise ValueError(
+            f"--num-gpus {options.num_gpus:g} puts several replicas on one GPU, and --max-batch-tokens auto sizes"
+            " each one's batches as if it were alone there: give --max-batch-tokens N"
+        )
     cap = max_ongoing_requests(settings, options)
     found: dict[str, Any] = {
         "name": options.name,

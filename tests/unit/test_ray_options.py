@@ -66,11 +66,22 @@ def test_several_models_take_the_smallest_limit_and_the_largest_batch() -> None:
             ),
             "target_ongoing_requests (512) must be below max_ongoing_requests (512)",
         ),
+        (
+            lambda: deployment_options(Settings(device="cuda"), RayOptions(num_gpus=0.5)),
+            "--num-gpus 0.5 puts several replicas on one GPU, and --max-batch-tokens auto sizes each one's batches as"
+            " if it were alone there: give --max-batch-tokens N",
+        ),
     ],
 )
 def test_impossible_options_are_refused(make: Callable[[], object], message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         make()
+
+
+def test_a_shared_gpu_takes_a_number_of_batch_tokens_and_a_whole_one_auto() -> None:
+    given = Settings(device="cuda", engine=EngineConfig(max_batch_tokens=8192))
+    assert deployment_options(given, RayOptions(num_gpus=0.5))["ray_actor_options"]["num_gpus"] == 0.5
+    assert deployment_options(Settings(device="cuda"), RayOptions(num_gpus=1))["ray_actor_options"]["num_gpus"] == 1
 
 
 def test_the_health_check_names_a_model_that_is_not_loaded() -> None:
