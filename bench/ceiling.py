@@ -1,13 +1,13 @@
-"""``python -m bench.ceiling``: the most documents per CPU second this CPU could score on the peers cross-encoder,
-if every multiply-add ran at the CPU's own matrix-multiply peak.
+"""``python -m bench.ceiling``: the most documents per CPU second this CPU could score on the peers cross-encoder, if
+every multiply-add ran at the CPU's own matrix-multiply peak.
 
 Two measurements, both in this process: the model's floating-point operations per document (torch's
 ``FlopCounterMode`` over a forward of each peers request, padded as a request's batch is: the projections' and
-feed-forward layers' matrix products; attention's own, which run in SDPA's CPU kernel (1-2% of the products at
-~40 tokens), layer norms, softmax and GELU add work it does not count, so the ceiling errs high), and the best
-matrix products per CPU second one thread reaches on this CPU, at the model's own shapes and at a large square, in
-the dtype served. Their quotient is a ceiling no server can pass on this machine: a server's documents per CPU second over
-it is the share of the CPU's peak that reaches clients, and the ceiling over a peer's figure is the most any
+feed-forward layers' matrix products; attention's own, which run in SDPA's CPU kernel (1-2% of the products at ~40
+tokens), layer norms, softmax and GELU add work it does not count, so the ceiling errs high), and the best matrix
+products per CPU second one thread reaches on this CPU, at the model's own shapes and at a large square, in the
+dtype served. Their quotient is a ceiling no server can pass on this machine: a server's documents per CPU second
+over it is the share of the CPU's peak that reaches clients, and the ceiling over a peer's figure is the most any
 server could gain on that peer here. ``bench.peers`` prints both beside its ratios.
 """
 

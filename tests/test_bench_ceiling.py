@@ -1,5 +1,6 @@
 """bench.ceiling's two measurements: the model's operations per document agree with a BERT's matrix products
-counted by hand (tests/tiny_models.py's shape), and the CPU's matrix-multiply rate is a positive number of operations per CPU second."""
+counted by hand (tests/tiny_models.py's shape), and the CPU's matrix-multiply rate is a positive number of
+operations per CPU second."""
 
 from __future__ import annotations
 
