@@ -123,11 +123,12 @@ class ScorekitApp:
         Models load one after another (each load already uses every core), all of them before any engine
         starts, since a budget sized for a GPU depends on what every model left free there; a model that fails
         to load or start stops the ones started before it."""
+        ensure_visible()  # before the models load: their load lines are part of the start-up log too
         specs = [served.spec for served in self.models]
         backends = dict(self._backends)
         for spec in specs:
             if spec.served_name not in backends:
-                backends[spec.served_name] = await anyio.to_thread.run_sync(self._load, spec)
+                backends[spec.served_name] = await anyio.to_thread.run_sync(load_spec, spec)
         budgets = await anyio.to_thread.run_sync(token_budgets, specs, backends)
         async with AsyncExitStack() as stack:
             for spec in specs:
@@ -136,15 +137,8 @@ class ScorekitApp:
                 stack.push_async_callback(self._stop_engine, name, engine)
             yield
 
-    def _load(self, spec: ModelSpec) -> Backend:
-        ensure_visible()  # before the model loads: its load line is part of the start-up log too
-        backend = load_spec(spec)
-        check_long_documents(self.settings, spec.served_name, backend)
-        return backend
-
     def _start_engine(self, name: str, backend: Backend, spec: ModelSpec, budget: TokenBudget) -> Engine:
-        ensure_visible()
-        check_long_documents(self.settings, name, backend)  # for a model loaded before the app
+        check_long_documents(self.settings, name, backend)
         config = replace(spec.engine, max_batch_tokens=budget.tokens)
         engine = Engine(backend, config, observer=self.metrics.model(name))
         engine.start()

@@ -91,7 +91,7 @@ def budget_for(free: float, per_token: float, *, max_length: int, max_batch_size
 
 def measure_cuda(backend: Backend, device: torch.device) -> tuple[int, float]:
     """The bytes free on ``device`` with the model loaded, and the peak bytes a probe batch allocated per padded
-    token; the probe's inputs are as long as the model takes, halved (in length, then in number) until they fit."""
+    token; the probe's inputs are as long as the model takes, halved (in number, then in length) until they fit."""
     with torch.cuda.device(device):  # empty_cache frees the current device's cache
         return _measure(backend, device)
 
