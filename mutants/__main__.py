@@ -37,7 +37,7 @@ from pathlib import Path
 from mutants.catalog import MUTANTS, Mutant
 
 REPO = Path(__file__).resolve().parent.parent
-COPIED = ("scorekit", "tests", "pyproject.toml")
+COPIED = ("scorekit", "tests", "bench", "pyproject.toml")  # tests import bench (its corpus, its scorers)
 FOREIGN_IMPORT = 97  # the probe's exit status when scorekit did not come from the copy
 
 # Runs pytest in the subprocess, after proving that the scorekit it imports is the copy's.

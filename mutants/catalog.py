@@ -508,7 +508,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "B12",
         BATCHING,
         "no first pass of one item per job: a large job starves the others",
-        "        for job in self._jobs:\n            if not take(job, self.max_batch_tokens):\n"
+        "        for job in jobs:\n            if not take(job, self.max_batch_tokens):\n"
         "                full = True\n                break\n",
         "",
         (_BATCHING,),
@@ -675,12 +675,19 @@ MUTANTS: tuple[Mutant, ...] = (
         (_WORKER_DEATH,),
     ),
     Mutant(
-        "W10",
+        "W11",
         BATCHING,
-        "a cut that leaves work queued wakes nobody: a second model thread sleeps beside a queue with work",
-        "                    if self._jobs:  # work is left: another of the worker's threads may take it now\n"
-        "                        self._ready.notify()\n",
-        "",
-        ("tests/e2e/test_model_workers.py::test_a_client_that_leaves_wastes_only_the_two_batches_in_flight",),
+        "the small-job lane takes any job: a large request's items run on the lane's thread",
+        "deque(job for job in self._jobs if len(job.inputs) <= small)",
+        "self._jobs",
+        (_BATCHING, "tests/e2e/test_small_job_lane.py"),
+    ),
+    Mutant(
+        "W12",
+        BATCHING,
+        "a queued job wakes one waiting thread: the small-job lane's thread takes the wake-up of a large job",
+        "sleeps on.\n            self._ready.notify_all()\n",
+        "sleeps on.\n            self._ready.notify()\n",
+        (_BATCHING,),
     ),
 )

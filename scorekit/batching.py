@@ -7,8 +7,9 @@ requests finish in arrival order. Inside a job, items go in
 length order, so consecutive batches hold similar lengths and little padding. A cancelled
 job's queued items are removed at once and never run.
 
-A batch is never interrupted, so a job that arrives while one runs waits for it: what bounds that wait is
-how long a batch runs. Each forward has a fixed cost and then a nearly flat cost per token (on a CPU,
+A batch is never interrupted, so a job that arrives while one runs waits for it, unless the engine runs a
+small-job lane: a thread whose ``next_batch(small=N)`` cuts batches from jobs of at most N items only, and so
+is free when a small job arrives beside a large one. Otherwise what bounds that wait is how long a batch runs. Each forward has a fixed cost and then a nearly flat cost per token (on a CPU,
 per-item cost is nearly flat beyond ~16 items), so past some size a longer batch buys little throughput
 and costs every newcomer its whole length in waiting. With ``batch_efficiency``, the fill stops at the
 shortest batch that keeps that share of an endless batch's throughput, by the :class:`BatchCost` fitted to
@@ -177,7 +178,9 @@ class Batcher:
             self._jobs.append(job)
             self._queued += len(job.inputs)
             self._queued_tokens += sum(item.cost for item in job.inputs)
-            self._ready.notify()
+            # Every waiting thread: each takes what it can (the worker's threads anything, a small-job lane's thread
+            # small jobs), so none is woken for work it cannot take while a thread that could sleeps on.
+            self._ready.notify_all()
 
     def cancel(self, job: ModelJob) -> int:
         """Drop the job's items that have not run yet; return how many were dropped."""
@@ -231,22 +234,21 @@ class Batcher:
                 job.fail(error)
             self._ready.notify_all()
 
-    def next_batch(self) -> list[ModelItem] | None:
+    def next_batch(self, small: int | None = None) -> list[ModelItem] | None:
         """Block until there is work, then cut one batch; None once closed and drained. Overdue jobs are
-        expired first, so none of their work runs."""
+        expired first, so none of their work runs. With ``small``, only jobs of at most that many inputs count
+        as work (the small-job lane's thread)."""
         with self._ready:
             while True:
                 self._expire_overdue()
-                if self._jobs:
-                    batch = self._cut()
-                    if self._jobs:  # work is left: another of the worker's threads may take it now
-                        self._ready.notify()
-                    return batch
+                jobs = self._jobs if small is None else deque(job for job in self._jobs if len(job.inputs) <= small)
+                if jobs:
+                    return self._cut(jobs)
                 if self._closed:
                     return None
                 self._ready.wait()
 
-    def _budgets(self) -> tuple[int, int]:
+    def _budgets(self, jobs: deque[ModelJob]) -> tuple[int, int]:
         """The padded tokens this batch may hold (the ceiling), and what it may hold beyond completing the
         smallest job (the budget). Both are ``max_batch_tokens`` without ``batch_efficiency`` or a cost fit.
 
@@ -263,22 +265,22 @@ class Batcher:
         # Never below min_batch_size items, padded to the longest queued one (so padding cannot make it fewer):
         # a fit made on a busy machine can put the efficient length at an item or two, which the throughput
         # measured there does not bear out.
-        longest = max((job.inputs[job._pending[-1]].cost for job in self._jobs if job._pending), default=0)
+        longest = max((job.inputs[job._pending[-1]].cost for job in jobs if job._pending), default=0)
         floor = self.min_batch_size * longest
         ceiling = min(max(ceiling, floor), self.max_batch_tokens)
-        waiting = [job.queued_at for job in self._jobs if job.started_at is None]
+        waiting = [job.queued_at for job in jobs if job.started_at is None]
         if not waiting:
             return ceiling, ceiling
         left = min(waiting) + fixed / (1 - efficiency) - self._clock()
         return ceiling, min(max(int((left - fixed) / per_token), 0), ceiling)
 
-    def _cut(self) -> list[ModelItem]:
-        """One item from every queued job first (nobody starves), then fill from the shortest jobs: the
+    def _cut(self, jobs: deque[ModelJob]) -> list[ModelItem]:
+        """One item from every one of ``jobs`` first (nobody starves), then fill from the shortest jobs: the
         shortest one up to the ceiling when all of it fits there (a small job is not split), the rest within
         the budget left."""
         batch: list[ModelItem] = []
         longest = 0
-        ceiling, budget = self._budgets()
+        ceiling, budget = self._budgets(jobs)
 
         def take(job: ModelJob, limit: int) -> bool:
             nonlocal longest
@@ -295,11 +297,11 @@ class Batcher:
             return True
 
         full = False
-        for job in self._jobs:
+        for job in jobs:
             if not take(job, self.max_batch_tokens):
                 full = True
                 break
-        by_size = sorted(self._jobs, key=lambda j: len(j._pending))  # stable: equal jobs stay in arrival order
+        by_size = sorted(jobs, key=lambda j: len(j._pending))  # stable: equal jobs stay in arrival order
         for rank, job in enumerate(by_size):
             limit = ceiling if rank == 0 and self._completes(job, batch, longest, ceiling) else budget
             while not full and job._pending:

@@ -337,6 +337,14 @@ _FLAGS = (
         metavar="N",
     ),
     _Flag(
+        "small-job-lane",
+        _whole(0),
+        _ENGINE.small_job_lane,
+        "Requests of at most N model inputs may also run on a thread of their own that takes nothing larger, so a"
+        " small request does not wait for a large one's batch to end (0: no lane)",
+        metavar="N",
+    ),
+    _Flag(
         "max-queued-items", _whole(1), _ENGINE.max_queued_items, "Queued items before new requests get 503", metavar="N"
     ),
     _Flag(
@@ -605,6 +613,7 @@ def _model_specs(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
         batch_efficiency=args.batch_efficiency or None,  # 0: off
         min_batch_size=args.min_batch_size,
         model_workers=args.model_workers,
+        small_job_lane=args.small_job_lane,
     )
     specs = []
     for entry in entries:

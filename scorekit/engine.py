@@ -122,6 +122,7 @@ class Engine:
             on_death=batcher.fail_all,
             on_batch=on_batch,
             threads=config.model_workers,
+            small_batch=(lambda: batcher.next_batch(small=lane)) if (lane := config.small_job_lane) else None,
         )
         self._observer = observer
         self._active = 0

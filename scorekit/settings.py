@@ -47,15 +47,20 @@ class EngineConfig:
     # intra-op threads while others run (docs/architecture.md): on a CPU, two batches on one thread each beat
     # one batch on two.
     model_workers: int = 1
+    # Requests of at most this many model inputs may also run on a thread of their own that takes nothing larger
+    # (the small-job lane): a batch is never interrupted, so without it a small request waits for the batch in
+    # flight (docs/architecture.md). 0: no lane.
+    small_job_lane: int = 8
 
     def __post_init__(self) -> None:
         # An embedding app builds these without the CLI's checks: a zero batch size would kill the worker
         # at the first request, so it is refused here, where the mistake is made.
-        optional = ("max_batch_tokens", "max_queue_wait", "batch_efficiency")
+        optional = ("max_batch_tokens", "max_queue_wait", "batch_efficiency", "small_job_lane")
         for name in (f.name for f in fields(self) if f.name not in optional):
             _at_least(self, name, 1)
         if self.max_batch_tokens is not None:
             _at_least(self, "max_batch_tokens", 1)
+        _at_least(self, "small_job_lane", 0)
         if self.max_queue_wait is not None:
             _seconds(self, "max_queue_wait", zero=False)
         if self.batch_efficiency is not None:

@@ -58,7 +58,8 @@ class WorkerStats:
 
 class ModelWorker:
     """Runs ``next_batch()``'s batches on ``backend`` from ``threads`` threads until it returns None; ``close``
-    makes it do so."""
+    makes it do so. With ``small_batch``, one more thread runs its batches: the engine's small-job lane, fed
+    small jobs only, so a small request does not wait for a large one's batch to end."""
 
     def __init__(
         self,
@@ -69,19 +70,24 @@ class ModelWorker:
         on_death: DeathHandler,
         on_batch: BatchObserver | None = None,
         threads: int = 1,
+        small_batch: NextBatch | None = None,
     ) -> None:
         if threads < 1:
             raise ValueError(f"a model worker needs at least one thread, not {threads}")
         self.backend = backend
-        self._next_batch = next_batch
         self._close = close
         self._on_death = on_death
         self.stats = WorkerStats()
         self.death: BaseException | None = None
         self._on_batch = on_batch
         self._threads = [
-            threading.Thread(target=self._run, name=f"scorekit-model-worker-{n}", daemon=True) for n in range(threads)
+            threading.Thread(target=self._run, args=(next_batch,), name=f"scorekit-model-worker-{n}", daemon=True)
+            for n in range(threads)
         ]
+        if small_batch is not None:  # the small-job lane: a thread that takes small jobs only
+            self._threads.append(
+                threading.Thread(target=self._run, args=(small_batch,), name="scorekit-model-lane", daemon=True)
+            )
         self._lock = threading.Lock()  # deliveries, failures and the busy count: one thread at a time
         self._busy = 0  # threads running a batch, which share torch's intra-op threads
         self._cpu_threads = 0  # torch's intra-op threads when the worker started
@@ -108,10 +114,10 @@ class ModelWorker:
             if thread.is_alive():
                 thread.join(None if deadline is None else max(deadline - time.monotonic(), 0))
 
-    def _run(self) -> None:
+    def _run(self, take: NextBatch) -> None:
         batch: Batch = []
         try:
-            while (next_batch := self._next_batch()) is not None:
+            while (next_batch := take()) is not None:
                 batch = next_batch
                 with self._busy_share():
                     self._run_batch(batch)

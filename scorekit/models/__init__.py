@@ -86,7 +86,7 @@ def load_spec(spec: ModelSpec) -> Backend:
         reranker_template=spec.reranker_template,
         runtime=spec.runtime,
         cache_dir=spec.cache_dir,
-        callers=spec.engine.model_workers,
+        callers=spec.engine.model_workers + (spec.engine.small_job_lane > 0),  # the lane's thread calls it too
     )
 
 

@@ -180,6 +180,11 @@ def openvino_forward(
 
     compiled = cached_export(model, output, input_names, root, f"openvino {openvino.__version__}", load)
     fed = [port.get_any_name() for port in compiled.inputs]  # the exporter drops an input the graph never reads
+    # One forward now, on the loading thread. OpenVINO's Python binding sets up its numpy bridge at the first tensor
+    # it fills, and two threads doing that at once deadlock (seen: two model threads released together, each
+    # waiting for what the other holds); it also takes the first call's own set-up out of the first request.
+    sample = padded_sample(fed, (2, 1), torch.device("cpu"))
+    compiled.create_infer_request().infer({name: tensor.numpy() for name, tensor in sample.items()})
     local = threading.local()
     alone = _Alone()
 

@@ -56,6 +56,7 @@ def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         ("--batch-efficiency", "nan"),
         ("--model-workers", "0"),
         ("--model-workers", "two"),
+        ("--small-job-lane", "-1"),
     ],
 )
 def test_numeric_flags_are_checked_while_parsing(flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,7 +24,9 @@ LIMIT = 1.0  # seconds: long enough for an idle worker to pick up a request on a
 
 @pytest.fixture
 def waiting_server() -> Iterator[tuple[ScorekitApp, Live]]:
-    app = create_app(Settings(engine=EngineConfig(max_batch_size=4, max_batch_tokens=4096, max_queue_wait=LIMIT)))
+    # No small-job lane: with the one worker thread held, a late request can only wait.
+    engine = EngineConfig(max_batch_size=4, max_batch_tokens=4096, max_queue_wait=LIMIT, small_job_lane=0)
+    app = create_app(Settings(engine=engine))
     with serve(app) as live:
         yield app, live
 

@@ -41,7 +41,10 @@ def _settled(engine: Engine, queued: int) -> bool:
 
 def test_operator_metrics_count_every_request_once(monkeypatch: pytest.MonkeyPatch) -> None:
     # Batches by size alone: a budget fitted to batch timings (one of them held) could split a request.
-    config = EngineConfig(max_batch_size=4, max_batch_tokens=4096, max_queued_items=16, batch_efficiency=None)
+    # One thread and no small-job lane: with it held, every small request below queues.
+    config = EngineConfig(
+        max_batch_size=4, max_batch_tokens=4096, max_queued_items=16, batch_efficiency=None, small_job_lane=0
+    )
     with running(Settings(engine=config)) as (app, live):
         engine = app.engine
         assert engine is not None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -280,3 +282,35 @@ def test_batches_are_cut_by_the_cost_fit_except_an_llm_rerankers(kind: ModelKind
     per-token fit the budget cuts by: its batches fill to the caps."""
     engine = Engine(KindOnly(kind), EngineConfig(max_batch_tokens=16384, batch_efficiency=0.8), observer=Silent())
     assert engine.batcher.batch_efficiency == budget
+
+
+def test_the_small_job_lane_takes_small_jobs_only_and_no_thread_misses_its_wake_up() -> None:
+    """A lane's thread (``next_batch(small=N)``) cuts from jobs of at most N inputs and waits beside larger
+    ones; a job queued while both a lane's thread and a plain one wait wakes the one that can take it."""
+    batcher = Batcher(max_batch_tokens=10_000, max_batch_size=64, max_queued_items=10_000)
+    large, small = job_of([10] * 20), job_of([10] * 3)
+    results: dict[str, list[int]] = {}
+
+    def take(name: str, small_only: int | None) -> None:
+        batch = batcher.next_batch(small=small_only)
+        results[name] = [] if batch is None else [id(item.job) for item in batch]
+
+    lane = threading.Thread(target=take, args=("lane", 8))
+    plain = threading.Thread(target=take, args=("plain", None))
+    lane.start()
+    plain.start()
+    batcher.submit(large)  # both threads wait on the same condition: the plain one must get it
+    plain.join(10)
+    assert not plain.is_alive() and results["plain"] == [id(large)] * 20
+    assert lane.is_alive()  # the lane waits beside a large job
+    batcher.submit(small)
+    lane.join(10)
+    assert not lane.is_alive() and results["lane"] == [id(small)] * 3
+    batcher.submit(job_of([10] * 9))  # one input over the lane's size: not the lane's
+    lane = threading.Thread(target=take, args=("lane", 8))
+    lane.start()
+    lane.join(0.2)
+    assert lane.is_alive()
+    batcher.close()
+    lane.join(10)
+    assert results["lane"] == []  # closed: the lane's thread ends without taking the large job

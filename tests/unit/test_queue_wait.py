@@ -160,7 +160,7 @@ def test_the_engine_answers_a_request_still_queued_at_its_deadline_and_none_of_i
     recorder = Recorder()
     engine = Engine(
         backend,  # type: ignore[arg-type]
-        EngineConfig(max_batch_tokens=10_000, max_batch_size=1, max_queue_wait=0.05),
+        EngineConfig(max_batch_tokens=10_000, max_batch_size=1, max_queue_wait=0.05, small_job_lane=0),
         observer=recorder,
     )
     # The batcher's own clock stands still, so only the engine's deadline can expire a job here.

@@ -19,6 +19,12 @@ def test_engine_counts_are_whole_and_positive(name: str, value: Any) -> None:
         EngineConfig(**{name: value})
 
 
+@pytest.mark.parametrize("value", [-1, 1.5, True])
+def test_the_small_job_lane_is_a_whole_number_from_zero(value: Any) -> None:
+    with pytest.raises(ValueError, match=r"EngineConfig\.small_job_lane must be a whole number, at least 0"):
+        EngineConfig(small_job_lane=value)
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
