@@ -18,6 +18,7 @@ from scorekit.app import ScorekitApp, create_app
 from scorekit.engine import Engine
 from scorekit.models.base import Encoded
 from scorekit.settings import EngineConfig, ModelSpec, Settings
+from tests.e2e.test_model_workers import engine_of
 from tests.e2e.texts import many_docs
 from tests.live import Live, read_response, serve, wait_for
 
@@ -65,12 +66,6 @@ def without_lane(cross_encoder_dir: Path) -> Iterator[tuple[ScorekitApp, Live]]:
     yield from server(cross_encoder_dir, lane=0)
 
 
-def engine_of(app: ScorekitApp) -> Engine:
-    engine = app.engine
-    assert engine is not None
-    return engine
-
-
 def test_a_small_request_is_answered_while_a_large_ones_batch_runs(
     with_lane: tuple[ScorekitApp, Live], cross_encoder_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -98,8 +93,7 @@ def test_a_small_request_is_answered_while_a_large_ones_batch_runs(
 def test_without_the_lane_a_small_request_waits_for_the_batch_in_flight(
     without_lane: tuple[ScorekitApp, Live], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app, live = without_lane
-    engine = engine_of(app)
+    engine, live = engine_of(without_lane[0]), without_lane[1]
     gate = MainThreadGate(engine, monkeypatch)
     sock = live.send_json("/rerank", {"query": "a query", "documents": many_docs(20)})
     try:
