@@ -9,15 +9,16 @@ job's queued items are removed at once and never run.
 
 A batch is never interrupted, so a job that arrives while one runs waits for it, unless the engine runs a
 small-job lane: a thread whose ``next_batch(small=N)`` cuts batches from jobs of at most N items only, and so
-is free when a small job arrives beside a large one. Otherwise what bounds that wait is how long a batch runs. Each forward has a fixed cost and then a nearly flat cost per token (on a CPU,
-per-item cost is nearly flat beyond ~16 items), so past some size a longer batch buys little throughput
-and costs every newcomer its whole length in waiting. With ``batch_efficiency``, the fill stops at the
-shortest batch that keeps that share of an endless batch's throughput, by the :class:`BatchCost` fitted to
-the batches the worker ran, and the batch that carries a new job's first items stops about one such batch
-time after that job arrived. A small job then waits for at most the batch in flight and one short batch.
-The budget is a share, not seconds, so it suits a small encoder and a slow LLM alike: the batch length
-follows from the costs measured on the model. The fill still completes the job with the fewest items
-left when all of it fits in one batch of the budget, so a small job is never split by it.
+is free when a small job arrives beside a large one. Otherwise what bounds that wait is how long a batch runs.
+Each forward has a fixed cost and then a nearly flat cost per token (on a CPU, per-item cost is nearly flat
+beyond ~16 items), so past some size a longer batch buys little throughput and costs every newcomer its whole
+length in waiting. With ``batch_efficiency``, the fill stops at the shortest batch that keeps that share of an
+endless batch's throughput, by the :class:`BatchCost` fitted to the batches the worker ran, and the batch that
+carries a new job's first items stops about one such batch time after that job arrived. A small job then waits
+for at most the batch in flight and one short batch. The budget is a share, not seconds, so it suits a small
+encoder and a slow LLM alike: the batch length follows from the costs measured on the model. The fill still
+completes the job with the fewest items left when all of it fits in one batch of the budget, so a small job is
+never split by it.
 
 With ``max_queue_wait``, a job none of whose items has run that long after it was queued is taken out and
 failed with :class:`~scorekit.errors.QueueTimeout`: the engine asks for that at the deadline (``expire``),
