@@ -74,17 +74,25 @@ def test_concurrent_requests_get_the_reference_scores(
     assert live.wait_load(0) == 0
 
 
+LANE = "scorekit-model-lane"  # the small-job lane's thread (scorekit/worker.py)
+
+
 class Gate:
-    """Holds every forward until opened, counting the forwards that reached it."""
+    """Holds every forward of the worker's own threads until opened, counting the forwards that reached it; the
+    small-job lane's forwards run at once, their sizes recorded (tests/e2e/test_small_job_lane.py)."""
 
     def __init__(self, engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
         self.open = threading.Event()
         self.entered = 0
+        self.lane_batches: list[int] = []
         self._lock = threading.Lock()
         backend: Any = engine.backend
         forward = backend.forward
 
         def held(batch: Sequence[Encoded]) -> list[torch.Tensor]:
+            if threading.current_thread().name == LANE:
+                self.lane_batches.append(len(batch))
+                return list(forward(batch))
             with self._lock:
                 self.entered += 1
             assert self.open.wait(120), "the test never opened the gate"

@@ -5,48 +5,19 @@ without the lane the small request waits for the batch in flight."""
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import torch
 from sentence_transformers import CrossEncoder
 
 from scorekit.app import ScorekitApp, create_app
-from scorekit.engine import Engine
-from scorekit.models.base import Encoded
 from scorekit.settings import EngineConfig, ModelSpec, Settings
-from tests.e2e.test_model_workers import engine_of
+from tests.e2e.test_model_workers import Gate, engine_of
 from tests.e2e.texts import many_docs
 from tests.live import Live, read_response, serve, wait_for
 
 pytestmark = pytest.mark.e2e
-
-LANE = "scorekit-model-lane"  # the lane's thread (scorekit/worker.py)
-
-
-class MainThreadGate:
-    """Holds every forward of the worker's own threads until opened; the lane's forwards run, and are counted
-    with the number of inputs in each."""
-
-    def __init__(self, engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.open = threading.Event()
-        self.held = 0
-        self.lane_batches: list[int] = []
-        backend: Any = engine.backend
-        forward = backend.forward
-
-        def gated(batch: Sequence[Encoded]) -> list[torch.Tensor]:
-            if threading.current_thread().name == LANE:
-                self.lane_batches.append(len(batch))
-            else:
-                self.held += 1
-                assert self.open.wait(120), "the test never opened the gate"
-            return list(forward(batch))
-
-        monkeypatch.setattr(backend, "forward", gated)
 
 
 def server(folder: Path, lane: int) -> Iterator[tuple[ScorekitApp, Live]]:
@@ -70,15 +41,15 @@ def test_a_small_request_is_answered_while_a_large_ones_batch_runs(
     with_lane: tuple[ScorekitApp, Live], cross_encoder_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app, live = with_lane
-    gate = MainThreadGate(engine_of(app), monkeypatch)
+    gate = Gate(engine_of(app), monkeypatch)
     large = many_docs(20)
     sock = live.send_json("/rerank", {"query": "a query", "documents": large})
     try:
-        assert wait_for(lambda: gate.held == 1, timeout=60)
+        assert wait_for(lambda: gate.entered == 1, timeout=60)
         small = ["a small document", "another one", "a third"]
         status, answer = live.json("POST", "/score", {"queries": "a query", "documents": small}, timeout=60)
         assert status == 200, answer
-        assert gate.held == 1 and not gate.open.is_set()  # the large request's batch is still running
+        assert gate.entered == 1 and not gate.open.is_set()  # the large request's batch is still running
         reference = CrossEncoder(str(cross_encoder_dir), device="cpu").predict([("a query", d) for d in small])
         assert [row["score"] for row in answer["data"]] == pytest.approx(reference.tolist(), abs=1e-5)
     finally:
@@ -94,10 +65,10 @@ def test_without_the_lane_a_small_request_waits_for_the_batch_in_flight(
     without_lane: tuple[ScorekitApp, Live], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     engine, live = engine_of(without_lane[0]), without_lane[1]
-    gate = MainThreadGate(engine, monkeypatch)
+    gate = Gate(engine, monkeypatch)
     sock = live.send_json("/rerank", {"query": "a query", "documents": many_docs(20)})
     try:
-        assert wait_for(lambda: gate.held == 1, timeout=60)
+        assert wait_for(lambda: gate.entered == 1, timeout=60)
         small = live.send_json("/rerank", {"query": "a query", "documents": ["a small document"]})
         # The one thread holds the large request's batch, so the small one stays queued, whole.
         assert wait_for(lambda: engine.active_requests == 2 and engine.batcher.queued == 20 - 4 + 1, timeout=60)
