@@ -212,16 +212,19 @@ async def fairness(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     big_task = asyncio.create_task(run_big())
     first = await wait_batches(args.port, before, 1, args.timeout)
+    cpu_first = Reading.take(args.pid)
     # The huge request's own pace over a window of time, to see what the probes then cost it. Time, not a count
     # of batches: with several model threads, batches that started together end together, so a few batches
     # counted from the first one's end would take far less than their share of time.
     await asyncio.sleep(args.big_alone_s)
     alone_mark = await scrape(args.port)
+    cpu_alone_mark = Reading.take(args.pid)
     big_alone = alone_mark.minus(first)
     loaded, spanned = await probe_counting_batches(
         args.port, small[0], time.perf_counter() + args.probe_seconds, big_done
     )
     last = await scrape(args.port)
+    cpu_last = Reading.take(args.pid)
     completed = big_done.is_set()
     if not completed:
         big_task.cancel()
@@ -246,7 +249,18 @@ async def fairness(args: argparse.Namespace) -> dict[str, Any]:
         "big_items_per_s_probed": big_items_during / max(during["seconds"], 1e-9),
         "big_completed": completed,
         "big_s": time.perf_counter() - started,
+        "probed_s": during["seconds"],
+        # Cores the server kept busy (server CPU seconds per second; 0 without --pid): the huge request alone,
+        # and the huge request with the probes.
+        "big_alone_cores": _cores(cpu_alone_mark.minus(cpu_first)),
+        "probed_cores": _cores(cpu_last.minus(cpu_alone_mark)),
+        # This load generator's own, on the same machine: the probes' client and its /metrics scrapes.
+        "probed_client_cores": _cores(cpu_last.minus(cpu_alone_mark), "own_cpu_s"),
     }
+
+
+def _cores(cpu: dict[str, float], key: str = "server_cpu_s") -> float:
+    return cpu[key] / max(cpu["wall_s"], 1e-9)
 
 
 async def settle(port: int, quiet_s: float, limit_s: float) -> Snapshot:
@@ -318,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     fair.add_argument("--alone", type=int, default=40)
     fair.add_argument("--probe-seconds", type=float, default=15.0)
     fair.add_argument("--big-alone-s", type=float, default=2.0, help="seconds the huge request runs alone")
+    fair.add_argument("--pid", type=int, help="the server's pid, to read its CPU time in each phase")
     commands.choices["abort"].add_argument("--after-batches", type=int, default=3)
     return parser
 

@@ -34,6 +34,7 @@ class Profile:
     fairness_probe_s: float = 15.0
     fairness_big_alone_s: float = 2.0  # the huge request's pace alone is measured over this long
     fairness_small_batch_tokens: int | None = 512
+    fairness_probe_cost_s: float = 3.0  # the window a closed loop of probes alone is measured over
     growth_sizes: tuple[int, ...] = (10, 100, 1000, 10_000)
     fresh_growth_server: bool = True
     llm_prefix_sizes: tuple[int, int] = (16, 128)  # documents of the 1 x N requests the shared prefix is timed on
@@ -72,6 +73,7 @@ SMOKE = Profile(
     fairness_probe_s=2.0,
     fairness_big_alone_s=0.3,
     fairness_small_batch_tokens=None,
+    fairness_probe_cost_s=0.3,
     growth_sizes=(10, 100),
     fresh_growth_server=False,
 )

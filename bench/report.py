@@ -106,6 +106,13 @@ TARGETS = (
         lambda v: v >= 0.9,
     ),
     Target(
+        "fairness",
+        "most pace the probes' CPU leaves at 3x (info)",
+        "(info)",
+        lambda r: r["default"]["pace_room_at_3x"],
+        lambda v: True,
+    ),
+    Target(
         "growth",
         "time per doc, largest / next size",
         "<= 1.5x (linear)",

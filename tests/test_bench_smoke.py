@@ -63,6 +63,10 @@ def test_the_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
 
     efficiency = json.loads((tmp_path / "efficiency.json").read_text())
     assert all(_positive(point["server_items_per_s"]) for point in efficiency["points"])
+    fairness = json.loads((tmp_path / "fairness.json").read_text())["default"]
+    assert 0 < fairness["big_alone_cores"] <= fairness["cores"] + 0.5, fairness  # read from the server's own clock
+    assert 0 < fairness["pace_room_at_3x"] <= 1 and 0 < fairness["pace_room"] <= 1, fairness
+    assert _positive(fairness["probe_cost"]["server_cpu_s"]), fairness
     disconnect = json.loads((tmp_path / "disconnect.json").read_text())
     assert disconnect["ratio"] >= 0
     for trial in disconnect["trials"]:  # every item of the big request either ran or was dropped

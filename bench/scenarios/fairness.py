@@ -5,12 +5,22 @@ until it completes (or ``fairness_probe_s`` passes and its client hangs up), the
 alone p99 is the lower of the two alone phases. Each loaded probe also records how many model batches
 ran while it waited, which says why it waited (a ratio of latencies alone cannot).
 
+What the probes' own CPU leaves the huge request: each probe costs the server the CPU it costs alone (a closed
+loop of probes alone, measured at the end), and the huge request can have at most the cores that leaves, over
+the cores it kept busy alone (``pace_room``, for the probes answered). A back-to-back probe answered within 3x
+of its p99 alone comes at least once per 3 such p99s (``pace_room_at_3x``). Both count a probe in a batch of its
+own at its CPU alone. Beside the huge request's batch it can cost that batch more (threads contend for the
+cores); riding inside it, less (two more rows of a batch). Below 0.9, probes that fast in batches of their own
+cannot leave the huge request 0.9 of its pace on this machine; above it, the gap to the pace measured is what
+running them beside it cost.
+
 With ``fairness_small_batch_tokens`` set, the same is measured on a second server started with a small
 ``--max-batch-tokens``, to show what the batch size buys in latency and costs in throughput.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +33,7 @@ from bench.servers import Server, running, spawn_scorekit
 def _measure(ctx: Context, server: Server, small: Path, big: Path) -> dict[str, Any]:
     p = ctx.profile
     args = ["--small", small, "--big", big, "--alone", p.fairness_alone_probes, "--probe-seconds", p.fairness_probe_s]
-    args += ["--big-alone-s", p.fairness_big_alone_s]
+    args += ["--big-alone-s", p.fairness_big_alone_s, "--pid", server.pid]
     result = loadgen("fairness", server.port, *args)
     # The lower of the two alone phases: other jobs on the machine only ever add to a latency.
     alone = {q: min(result["alone_ms"][q], result["alone_after_ms"][q]) for q in ("p50", "p99")}
@@ -31,7 +41,25 @@ def _measure(ctx: Context, server: Server, small: Path, big: Path) -> dict[str, 
     result["ratio_p50"] = result["loaded_ms"]["p50"] / alone["p50"]
     # What serving the probes cost the huge request (1.0: nothing).
     result["big_pace_ratio"] = result["big_items_per_s_probed"] / max(result["big_items_per_s_alone"], 1e-9)
+    result["probe_cost"] = cost = _probe_cost(ctx, server, small)
+    cores, big = len(os.sched_getaffinity(server.pid)), max(result["big_alone_cores"], 1e-9)
+    probes_per_s = {
+        "pace_room": result["loaded_ms"]["n"] / max(result["probed_s"], 1e-9),
+        "pace_room_at_3x": 1000 / (3 * alone["p99"]),
+    }
+    for key, rate in probes_per_s.items():
+        result[key] = min(1.0, (cores - rate * cost["server_cpu_s"]) / big)
+    result["cores"] = cores
     return result
+
+
+def _probe_cost(ctx: Context, server: Server, small: Path) -> dict[str, float]:
+    """The server CPU one probe costs alone, from a closed loop of probes on one connection."""
+    window = ctx.closed(server, small, 1, window=ctx.profile.fairness_probe_cost_s)
+    return {
+        "server_cpu_s": window["cpu"]["server_cpu_s"] / max(window["completed"], 1),
+        "cores": window["cpu"]["server_cpu_s"] / max(window["window_s"], 1e-9),
+    }
 
 
 def run(ctx: Context) -> dict[str, Any]:
