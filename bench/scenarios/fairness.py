@@ -12,7 +12,8 @@ of its p99 alone comes at least once per 3 such p99s (``pace_room_at_3x``). Both
 own at its CPU alone. Beside the huge request's batch it can cost that batch more (threads contend for the
 cores); riding inside it, less (two more rows of a batch). Below 0.9, probes that fast in batches of their own
 cannot leave the huge request 0.9 of its pace on this machine; above it, the gap to the pace measured is what
-running them beside it cost.
+running them beside it cost. ``probed_client_cores`` is the load generator's own CPU meanwhile, on the same
+cores: what the probes' client takes from the machine rather than the server.
 
 With ``fairness_small_batch_tokens`` set, the same is measured on a second server started with a small
 ``--max-batch-tokens``, to show what the batch size buys in latency and costs in throughput.
