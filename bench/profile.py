@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -134,7 +135,14 @@ def _load(target: str, server: Server, work: Path, seconds: float) -> subprocess
     return subprocess.Popen(argv, cwd=ROOT, env=child_env(), stdout=subprocess.PIPE)
 
 
-def profile(target: str, seconds: float, out: Path) -> Path:
+def py_spy() -> str | None:
+    """py-spy from the bench extra: beside this interpreter (``make bench`` does not put the venv on PATH), or on
+    PATH."""
+    beside = Path(sys.executable).with_name("py-spy")
+    return str(beside) if beside.is_file() else shutil.which("py-spy")
+
+
+def profile(target: str, seconds: float, out: Path, spy: str = "py-spy") -> Path:
     work = Path(tempfile.mkdtemp(prefix="bench-profile-"))
     if target == "lifecycle":
         server = spawn_uvicorn("lifecycle", "bench.apps:scorekit_full", work)
@@ -148,7 +156,7 @@ def profile(target: str, seconds: float, out: Path) -> Path:
         load = _load(target, server, work, seconds)
         time.sleep(3.0 if target == "fairness" else 1.5)  # past the warm-up (fairness: into the big request)
         raw = work / "raw.txt"
-        command = ["py-spy", "record", "-p", str(server.pid), "-d", str(int(seconds)), "-r", "100"]
+        command = [spy, "record", "-p", str(server.pid), "-d", str(int(seconds)), "-r", "100"]
         subprocess.run([*command, "-f", "raw", "-o", str(raw), "--threads"], check=True, capture_output=True)
         stdout, _ = load.communicate(timeout=600)
     result = json.loads(stdout) if stdout.strip() else {}
@@ -164,8 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
+    spy = py_spy()
+    if spy is None:
+        parser.error("py-spy is not installed: make install EXTRAS=test,bench")
     args.out.mkdir(parents=True, exist_ok=True)
-    path = profile(args.target, args.seconds, args.out)
+    path = profile(args.target, args.seconds, args.out, spy)
     print(path.read_text())
     return 0
 
