@@ -86,10 +86,18 @@ TARGETS = (
     ),
     Target(
         "disconnect",
-        "waste after disconnect (batches)",
+        "batches run after a disconnect",
         "<= 1 batch",
         lambda r: r["ratio"],
         lambda v: v <= 1.0,
+        unit="batches",
+    ),
+    Target(
+        "disconnect",
+        "items after disconnect / batch (info)",
+        "(info)",
+        lambda r: r["items_ratio"],
+        lambda v: True,
     ),
     Target(
         "fairness",
@@ -192,6 +200,8 @@ def _fmt(value: float | None, unit: str) -> str:
         return "-"
     if unit == "KiB":
         return f"{value:.1f} KiB"
+    if unit == "batches":
+        return f"{value:g}"
     return f"{value:.1f}%" if unit == "%" else f"{value:.2f}x"
 
 

@@ -25,7 +25,7 @@ EXPECTED: dict[str, tuple[set[str], set[str]]] = {
         {"http_rps", "inproc_us_per_request", "middleware_cost", "scorekit_over_fastapi"},
         {"scorekit_over_fastapi", "scorekit_over_starlette", "inproc_scorekit_over_fastapi"},
     ),
-    "disconnect": ({"trials", "wasted_items", "batch_items", "ratio"}, {"batch_items"}),
+    "disconnect": ({"trials", "wasted_items", "batch_items", "ratio", "items_ratio"}, {"batch_items"}),
     "fairness": ({"default", "ratio"}, {"ratio"}),
     "growth": ({"points", "time_per_doc_ratio", "memory_growth_ratio"}, {"time_per_doc_ratio"}),
     "llm_reranker": (
@@ -72,4 +72,5 @@ def test_the_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
     assert disconnect["ratio"] >= 0
     for trial in disconnect["trials"]:  # every item of the big request either ran or was dropped
         assert trial["accounted_items"] == disconnect["items"], trial
+        assert float(trial["wasted_batches"]).is_integer(), trial  # a count of batches, not a ratio of items
     assert {path.name for path in tmp_path.glob("*.png")} == {"throughput.png", "latency.png", "growth.png"}
