@@ -142,7 +142,7 @@ def py_spy() -> str | None:
     return str(beside) if beside.is_file() else shutil.which("py-spy")
 
 
-def profile(target: str, seconds: float, out: Path, spy: str = "py-spy") -> Path:
+def profile(target: str, seconds: float, out: Path, spy: str) -> Path:
     work = Path(tempfile.mkdtemp(prefix="bench-profile-"))
     if target == "lifecycle":
         server = spawn_uvicorn("lifecycle", "bench.apps:scorekit_full", work)

@@ -88,7 +88,7 @@ TARGETS = (
         "disconnect",
         "batches run after a disconnect",
         "<= 1 batch",
-        lambda r: r["ratio"],
+        lambda r: r["wasted_batches"],
         lambda v: v <= 1.0,
         unit="batches",
     ),
@@ -96,7 +96,7 @@ TARGETS = (
         "disconnect",
         "items after disconnect / batch (info)",
         "(info)",
-        lambda r: r["items_ratio"],
+        lambda r: r["wasted_items_per_batch"],
         lambda v: True,
     ),
     Target(

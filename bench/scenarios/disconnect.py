@@ -4,9 +4,9 @@ The load generator scrapes /metrics, closes the socket a millisecond later, and 
 queue is empty and no batch ran for two batch periods. Everything the model ran after the scrape is
 waste; one batch (the one in flight, which is never interrupted) is the expected minimum.
 
-The figure is the number of batches that ran after the scrape (the /metrics batch counter). The items they
-held over a batch before the close is kept beside it, but it is not a batch count: the batches before the close
-are shorter while the engine's cost fit settles, so one whole batch after it can hold more items than their
+The figure is the number of batches that ran after the scrape (the /metrics batch counter). The items they held,
+over the mean batch before the close, are kept beside it, but that is not a batch count: the batches before the
+close are shorter while the engine's cost fit settles, so one whole batch after it can hold more items than their
 mean (1.01-1.23 with exactly one batch after the close in every trial, docs/benchmarks.md).
 """
 
@@ -40,6 +40,6 @@ def run(ctx: Context) -> dict[str, Any]:
         "trials": trials,
         "wasted_items": statistics.median(t["wasted_items"] for t in trials),
         "batch_items": statistics.median(t["batch_items"] for t in trials),
-        "ratio": statistics.median(t["wasted_batches"] for t in trials),
-        "items_ratio": statistics.median(t["wasted_items_per_batch"] for t in trials),
+        "wasted_batches": statistics.median(t["wasted_batches"] for t in trials),
+        "wasted_items_per_batch": statistics.median(t["wasted_items_per_batch"] for t in trials),
     }
