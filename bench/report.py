@@ -206,11 +206,12 @@ def _fmt(value: float | None, unit: str) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = [f"{'figure':42} {'value':>8} {'wall':>8}  {'target':17} result", "-" * 88]
+    width = max([len("figure"), *(len(row["figure"]) for row in rows)])
+    lines = [f"{'figure':{width}} {'value':>8} {'wall':>8}  {'target':17} result", "-" * (width + 46)]
     for row in rows:
         verdict = "info" if row["target"] == "(info)" else ("MET" if row["met"] else "MISSED")
         value, wall = _fmt(row["value"], row["unit"]), _fmt(row["wall"], row["unit"])
-        lines.append(f"{row['figure']:42} {value:>8} {wall:>8}  {row['target']:17} {verdict}")
+        lines.append(f"{row['figure']:{width}} {value:>8} {wall:>8}  {row['target']:17} {verdict}")
     return "\n".join(lines)
 
 
