@@ -224,7 +224,7 @@ async def fairness(args: argparse.Namespace) -> dict[str, Any]:
         args.port, small[0], time.perf_counter() + args.probe_seconds, big_done
     )
     last = await scrape(args.port)
-    cpu_last = Reading.take(args.pid)
+    probed = Reading.take(args.pid).minus(cpu_alone_mark)
     completed = big_done.is_set()
     if not completed:
         big_task.cancel()
@@ -253,9 +253,9 @@ async def fairness(args: argparse.Namespace) -> dict[str, Any]:
         # Cores the server kept busy (server CPU seconds per second; 0 without --pid): the huge request alone,
         # and the huge request with the probes.
         "big_alone_cores": _cores(cpu_alone_mark.minus(cpu_first)),
-        "probed_cores": _cores(cpu_last.minus(cpu_alone_mark)),
+        "probed_cores": _cores(probed),
         # This load generator's own, on the same machine: the probes' client and its /metrics scrapes.
-        "probed_client_cores": _cores(cpu_last.minus(cpu_alone_mark), "own_cpu_s"),
+        "probed_client_cores": _cores(probed, "own_cpu_s"),
     }
 
 
