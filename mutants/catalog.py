@@ -690,4 +690,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "sleeps on.\n            self._ready.notify()\n",
         (_BATCHING,),
     ),
+    # -- the server's rules, over real sockets: keys, CORS, drain, limits, deadlines (S) ------------------
+    # (end of S)
+    # -- the engine's, the batcher's and the windows' rules (E) ------------------------------------------
+    # (end of E)
+    # -- tokenizing bounded by work, not by pairs (T) ----------------------------------------------------
+    # (end of T)
+    # -- the smaller findings: metrics, errors, memory of bodies being decoded (F) -----------------------
+    # (end of F)
 )
