@@ -38,6 +38,7 @@ _BATCHING = "tests/unit/test_batching.py"
 _WORKER = "tests/unit/test_worker.py"
 _WORKER_DEATH = "tests/unit/test_worker_death.py"
 _QUEUE_WAIT = "tests/unit/test_queue_wait.py"
+_LONG_QUERY = "tests/e2e/test_long_query.py::"
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- the lifecycle: the six that once survived the whole suite --------------------------------------
@@ -415,6 +416,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "            if True:\n                await self._read()",
         (_QUEUE + "test_Q1_single_server_waiter",),
     ),
+    Mutant(
+        "L47",
+        LIFECYCLE,
+        "a reader cancelled in the server's receive leaves without a wake-up: the tasks waiting behind it (and the "
+        "pump) wait for ever",
+        "            self._reading = False\n            self._notify()\n",
+        "            self._reading = False\n",
+        ("tests/property/test_wakeups.py::test_Q17_a_reader_that_leaves_wakes_the_waiters",),
+    ),
     # -- the batcher and its jobs (jobs.py) ------------------------------------------------------------
     Mutant(
         "B01",
@@ -691,10 +701,324 @@ MUTANTS: tuple[Mutant, ...] = (
         (_BATCHING,),
     ),
     # -- the server's rules, over real sockets: keys, CORS, drain, limits, deadlines (S) ------------------
+    Mutant(
+        "S01",
+        "scorekit/middleware/auth.py",
+        "a key is checked as a substring (digests dropped, `in`): a prefix or a piece of a key passes the gate",
+        "            matched |= hmac.compare_digest(digest, key)\n        return matched\n\n\n"
+        "def _digest(key: bytes) -> bytes:\n    return hashlib.sha256(key).digest()\n",
+        "            matched |= digest in key\n        return matched\n\n\n"
+        "def _digest(key: bytes) -> bytes:\n    return key\n",
+        ("tests/hardening/test_server_rules.py::test_a_near_miss_of_a_key_is_refused_on_every_route_kind",),
+    ),
+    Mutant(
+        "S02",
+        "scorekit/middleware/auth.py",
+        "a token that contains a key passes (the key with a character added before or after it)",
+        "            matched |= hmac.compare_digest(digest, key)\n        return matched\n\n\n"
+        "def _digest(key: bytes) -> bytes:\n    return hashlib.sha256(key).digest()\n",
+        "            matched |= key in digest\n        return matched\n\n\n"
+        "def _digest(key: bytes) -> bytes:\n    return key\n",
+        (
+            "tests/hardening/test_server_rules.py::test_a_near_miss_of_a_key_is_refused_on_every_route_kind",
+            "tests/e2e/test_api_keys.py::test_a_request_without_a_right_key_gets_401_and_does_no_work",
+        ),
+    ),
+    Mutant(
+        "S03",
+        "scorekit/middleware/auth.py",
+        "every GET passes the key gate as a harmless read: /v1/models, /openapi.json and /version need no key",
+        'if scope["method"] == "OPTIONS":',
+        'if scope["method"] in ("OPTIONS", "GET"):',
+        ("tests/hardening/test_server_rules.py::test_every_get_route_but_the_probes_needs_the_key",),
+    ),
+    Mutant(
+        "S04",
+        "scorekit/middleware/auth.py",
+        "/version joins the probes and answers without a key",
+        'OPEN_PATHS = frozenset({"/health", "/ping", "/metrics", "/load"})',
+        'OPEN_PATHS = frozenset({"/health", "/ping", "/metrics", "/load", "/version"})',
+        ("tests/hardening/test_server_rules.py::test_every_get_route_but_the_probes_needs_the_key",),
+    ),
+    Mutant(
+        "S05",
+        "scorekit/cli.py",
+        "an indented '#' line of --api-key-file is read as a key (a retired key commented out still opens the server)",
+        'if line.strip() and not line.lstrip().startswith("#")',
+        'if line.strip() and not line.startswith("#")',
+        ("tests/hardening/test_server_rules.py::test_an_indented_hash_line_in_the_key_file_is_a_comment",),
+    ),
+    Mutant(
+        "S06",
+        "scorekit/app.py",
+        "CORS allows credentials whatever --allow-credentials says",
+        "allow_credentials=settings.allow_credentials,",
+        "allow_credentials=True,",
+        ("tests/hardening/test_server_rules.py::test_without_allow_credentials_no_answer_allows_credentials",),
+    ),
+    Mutant(
+        "S07",
+        "scorekit/settings.py",
+        "credentials are allowed by default (no --allow-credentials needed)",
+        "    allow_credentials: bool = False\n",
+        "    allow_credentials: bool = True\n",
+        ("tests/hardening/test_server_rules.py::test_without_allow_credentials_no_answer_allows_credentials",),
+    ),
+    Mutant(
+        "S08",
+        "scorekit/middleware/drain.py",
+        "while draining, a request no route takes gets the drain's 503 instead of its 404 or 405",
+        "if route is not None and route.refused_while_draining:",
+        "if route is None or route.refused_while_draining:",
+        ("tests/hardening/test_server_rules.py::test_while_draining_a_request_no_route_takes_gets_its_404_or_405",),
+    ),
+    Mutant(
+        "S09",
+        "scorekit/middleware/inflight.py",
+        "the drain's cut sends its 503 to every request, one whose answer had started too",
+        "if cancel.cancel_called and not started and self._answer is not None:",
+        "if cancel.cancel_called and self._answer is not None:",
+        ("tests/hardening/test_server_rules.py::test_an_answer_started_before_the_drain_deadline_gets_no_503_on_top",),
+    ),
+    Mutant(
+        "S10",
+        "scorekit/middleware/inflight.py",
+        "the in-flight tracker forgets an answer started once its first body chunk goes: the cut sends a 503 on top",
+        'started = started or message["type"] == "http.response.start"',
+        'started = message["type"] == "http.response.start"',
+        ("tests/hardening/test_server_rules.py::test_an_answer_started_before_the_drain_deadline_gets_no_503_on_top",),
+    ),
+    Mutant(
+        "S11",
+        "scorekit/engine.py",
+        "a request of exactly --max-queued-items inputs is refused as one that can never be queued (400)",
+        "if plan.count > limit:",
+        "if plan.count >= limit:",
+        (
+            "tests/hardening/test_server_rules.py::"
+            "test_exactly_max_queued_items_inputs_are_accepted_and_one_more_is_refused",
+        ),
+    ),
+    Mutant(
+        "S12",
+        BATCHING,
+        "a request that fills the queue to exactly --max-queued-items is shed (503), even on an empty queue",
+        "if self._queued + len(job.inputs) > self.max_queued_items:",
+        "if self._queued + len(job.inputs) >= self.max_queued_items:",
+        (
+            "tests/hardening/test_server_rules.py::"
+            "test_exactly_max_queued_items_inputs_are_accepted_and_one_more_is_refused",
+        ),
+    ),
+    Mutant(
+        "S13",
+        "scorekit/api/common.py",
+        "a request of exactly --max-items-per-request inputs is refused (400)",
+        "    if count > limit:\n",
+        "    if count >= limit:\n",
+        (
+            "tests/hardening/test_server_rules.py::"
+            "test_exactly_max_items_per_request_inputs_are_accepted_and_one_more_is_refused",
+        ),
+    ),
+    Mutant(
+        "S14",
+        "scorekit/routing.py",
+        "a body that declares exactly --max-body-bytes is refused (413) before it is read",
+        "int(declared) > self.max_body_bytes",
+        "int(declared) >= self.max_body_bytes",
+        (
+            "tests/hardening/test_server_rules.py::"
+            "test_a_body_of_exactly_max_body_bytes_is_accepted_and_one_byte_more_is_refused",
+        ),
+    ),
+    Mutant(
+        "S15",
+        "scorekit/routing.py",
+        "a body that reaches exactly --max-body-bytes as it is read is refused (413)",
+        "if size > self.max_body_bytes:",
+        "if size >= self.max_body_bytes:",
+        (
+            "tests/hardening/test_server_rules.py::"
+            "test_a_body_of_exactly_max_body_bytes_is_accepted_and_one_byte_more_is_refused",
+        ),
+    ),
+    Mutant(
+        "S16",
+        "scorekit/connections.py",
+        "only a connection's first request head has a deadline: a kept-alive connection can dribble the next for ever",
+        "if self._head_timer is None and (self.cycle is None or self.cycle.response_complete):",
+        "if self._head_timer is None and self.cycle is None:",
+        ("tests/hardening/test_server_rules.py::test_a_kept_alive_connections_next_head_gets_the_header_deadline",),
+    ),
     # (end of S)
     # -- the engine's, the batcher's and the windows' rules (E) ------------------------------------------
+    Mutant(
+        "E01",
+        "scorekit/engine.py",
+        "a request that raises (a model error, a refusal while tokenizing) keeps its admission: after "
+        "max_concurrent_requests failures every request is a 503",
+        "        self._active += 1\n        try:\n            yield\n        finally:\n            self._active -= 1\n",
+        "        self._active += 1\n        yield\n        self._active -= 1\n",
+        ("tests/unit/test_engine_rules.py::test_E1_admission_is_given_back_however_a_request_ends",),
+    ),
+    Mutant(
+        "E02",
+        "scorekit/engine.py",
+        "a cancelled request (its client left) keeps its admission: errors give it back, a cancellation does not",
+        "        try:\n            yield\n        finally:\n            self._active -= 1\n",
+        "        try:\n            yield\n        except Exception:\n            self._active -= 1\n            raise\n"
+        "        else:\n            self._active -= 1\n",
+        ("tests/unit/test_engine_rules.py::test_E1_admission_is_given_back_however_a_request_ends",),
+    ),
+    Mutant(
+        "E03",
+        "scorekit/engine.py",
+        "the failure reason is tested for ModelFailure first: a dead worker's requests count as model_error",
+        '        elif isinstance(error, WorkerDied):\n            self._observer.failed("worker_died")\n'
+        '        elif isinstance(error, ModelFailure):\n            self._observer.failed("model_error")\n',
+        '        elif isinstance(error, ModelFailure):\n            self._observer.failed("model_error")\n'
+        '        elif isinstance(error, WorkerDied):\n            self._observer.failed("worker_died")\n',
+        ("tests/unit/test_engine_rules.py::test_E2_a_dead_workers_requests_are_counted_as_worker_died",),
+    ),
+    Mutant(
+        "E04",
+        WORKER,
+        "a dying worker fails its requests with a plain ModelFailure: /metrics counts them as model_error",
+        'failure = WorkerDied(f"The model worker died',
+        'failure = ModelFailure(f"The model worker died',
+        ("tests/unit/test_engine_rules.py::test_E2_a_dead_workers_requests_are_counted_as_worker_died",),
+    ),
+    Mutant(
+        "E05",
+        BATCHING,
+        "an input longer than max_batch_tokens is refused by every cut, even alone: its request waits for ever",
+        "(batch and cost * (len(batch) + 1) > limit)",
+        "(cost * (len(batch) + 1) > limit)",
+        ("tests/unit/test_batcher_rules.py::test_E3_an_input_longer_than_the_token_limit_runs_in_a_batch_of_its_own",),
+    ),
+    Mutant(
+        "E06",
+        BATCHING,
+        "the fill pass takes the jobs with the fewest inputs, not the fewest left: a nearly done job waits",
+        "key=lambda j: len(j._pending)",
+        "key=lambda j: len(j.inputs)",
+        ("tests/unit/test_batcher_rules.py::test_E4_fill_goes_to_the_request_with_the_fewest_items_left",),
+    ),
+    Mutant(
+        "E07",
+        BATCHING,
+        "the small-job lane's edge is off by one: a request of exactly --small-job-lane inputs is not the lane's",
+        "deque(job for job in self._jobs if len(job.inputs) <= small)",
+        "deque(job for job in self._jobs if len(job.inputs) < small)",
+        (
+            "tests/unit/test_batcher_rules.py::"
+            "test_E5_a_request_of_exactly_the_lanes_size_rides_the_lane_and_one_more_does_not",
+        ),
+    ),
+    Mutant(
+        "E08",
+        BATCHING,
+        "the cost fit forgets nothing: batches are sized by an average over every batch since start-up",
+        "self._sums = [self.memory * old + add for",
+        "self._sums = [old + add for",
+        ("tests/unit/test_batcher_rules.py::test_E6_the_cost_fit_follows_the_recent_batches",),
+    ),
+    Mutant(
+        "E09",
+        BATCHING,
+        "the budget gives way to the smallest job as if the batch were empty: the batch grows past its budget "
+        "and the job is split anyway",
+        "count = len(batch) + len(job._pending)",
+        "count = len(job._pending)",
+        ("tests/unit/test_batcher_rules.py::test_E7_the_budget_gives_way_only_to_complete_the_smallest_request",),
+    ),
+    Mutant(
+        "E10",
+        "scorekit/models/windows.py",
+        "the chunk overlap is not clamped to half a window: an overlap of a window never moves on, a large one "
+        "multiplies the windows",
+        "step = room - min(chunking.overlap, room // 2)",
+        "step = room - chunking.overlap",
+        (
+            "tests/unit/test_windows_rules.py::test_E8_neighbouring_windows_share_at_most_half_a_window",
+            "tests/unit/test_windows_rules.py::test_E8_an_overlap_of_a_window_or_more_still_moves_on",
+        ),
+    ),
+    Mutant(
+        "E11",
+        "scorekit/api/common.py",
+        "a content type with parameters (application/json; charset=utf-8) is refused",
+        '(request.header("content-type") or "").split(";")[0].strip().lower()',
+        '(request.header("content-type") or "").strip().lower()',
+        ("tests/e2e/test_content_types.py::test_E9_a_json_content_type_with_parameters_or_in_capitals_is_accepted",),
+    ),
+    Mutant(
+        "E12",
+        "scorekit/api/common.py",
+        "the media type is compared case-sensitively: Application/JSON is refused",
+        '(request.header("content-type") or "").split(";")[0].strip().lower()',
+        '(request.header("content-type") or "").split(";")[0].strip()',
+        ("tests/e2e/test_content_types.py::test_E9_a_json_content_type_with_parameters_or_in_capitals_is_accepted",),
+    ),
+    Mutant(
+        "E13",
+        "scorekit/api/common.py",
+        "any media type that starts with application/json is taken (application/jsonl)",
+        'if media_type != "application/json":',
+        'if not media_type.startswith("application/json"):',
+        ("tests/e2e/test_content_types.py::test_E9_any_other_media_type_is_refused",),
+    ),
     # (end of E)
     # -- tokenizing bounded by work, not by pairs (T) ----------------------------------------------------
+    Mutant(
+        "T01",
+        "scorekit/models/tokens.py",
+        "a truncated pair's query is tokenized whole: a 1.6-million-word query costs its length, not what fits",
+        "cap = None if limits.keep is None else max(limits.max_length, longest) + 1",
+        "cap = None",
+        (_LONG_QUERY + "test_an_answered_long_query_costs_what_a_512_token_query_does_plus_reading_it",),
+    ),
+    Mutant(
+        "T02",
+        "scorekit/models/tokens.py",
+        "the checkpoint runs once, before the first unit of work: an abandoned request tokenizes to its end",
+        "if not self._started or self._pending + units > CHUNK_CHARS:",
+        "if not self._started:",
+        (_LONG_QUERY + "test_a_long_query_abandoned_while_tokenizing_stops_within_one_unit_of_work",),
+    ),
+    Mutant(
+        "T03",
+        "scorekit/models/tokens.py",
+        "a query that fills the model's length but for the special tokens is cut into empty windows",
+        "if rest >= max_length:",
+        "if rest > max_length:",
+        (_LONG_QUERY + "test_a_query_that_leaves_no_room_for_a_document_token_is_refused_naming_it",),
+    ),
+    Mutant(
+        "T04",
+        "scorekit/models/pairs.py",
+        "a query that leaves no room for a document token is blamed on the document, the longer text",
+        "        if part is not None:\n            return query if part == 0 else document\n",
+        "",
+        (_LONG_QUERY + "test_a_query_that_leaves_no_room_for_a_document_token_is_refused_naming_it",),
+    ),
+    Mutant(
+        "T05",
+        "scorekit/engine.py",
+        "a tokenizing thread's time is not recorded: a request abandoned mid-tokenizing costs invisibly",
+        "            with _timed(observer.tokenized):\n                return tokenize(checkpoint)\n",
+        "            return tokenize(checkpoint)\n",
+        (_LONG_QUERY + "test_a_long_query_abandoned_while_tokenizing_stops_within_one_unit_of_work",),
+    ),
+    Mutant(
+        "T06",
+        "scorekit/models/tokens.py",
+        "a long text capped from its end is read from its start: left truncation keeps the wrong tokens",
+        "        if not head:\n            pieces.reverse()\n",
+        "",
+        ("tests/models/test_tokens.py::test_a_capped_text_keeps_the_tokens_of_its_kept_end",),
+    ),
     # (end of T)
     # -- the smaller findings: metrics, errors, memory of bodies being decoded (F) -----------------------
     # (end of F)

@@ -60,15 +60,24 @@ class Abandoned(Exception):
 @dataclass
 class EngineStats:
     """Counters a test or a benchmark can read. Written from tokenizing threads: each ``+=`` is one
-    bytecode-level update under the GIL, and readers only need a count that stops growing."""
+    bytecode-level update under the GIL, and readers only need a count that stops growing.
+
+    ``tokenize_work`` counts the units of tokenizing work done (characters tokenized, tokens copied into
+    model inputs, ``tokens.Meter``), ``tokenize_chunks`` the checkpoints between them, ``largest_step`` the
+    most work done between two checkpoints, and ``work_after_abandon`` what a thread did between its request
+    being abandoned and its stop, summed over requests (each at most one step)."""
 
     tokenize_chunks: int = 0
     tokenizing_stopped: int = 0
+    tokenize_work: int = 0
+    largest_step: int = 0
+    work_after_abandon: int = 0
 
 
 class EngineObserver(Protocol):
     """What one engine reports as it works (``scorekit.metrics.ModelMetrics`` counts it). ``batch`` is called
-    from the worker thread; the rest from the event loop. Reasons and stages are short fixed words."""
+    from the worker thread, ``tokenized`` from the loop or a tokenizing thread, the rest from the event loop.
+    Reasons and stages are short fixed words."""
 
     def batch(self, size: int, tokens: int, seconds: float) -> None:
         """A batch ran: its items, padded tokens and forward time."""
@@ -77,7 +86,8 @@ class EngineObserver(Protocol):
         """Queued items of a cancelled request were taken out before they ran."""
 
     def tokenized(self, seconds: float) -> None:
-        """A request's inputs were tokenized in this time."""
+        """A request tokenized for this time (until it stopped, when its client left): from the event loop
+        or, for a large request, its tokenizing thread."""
 
     def waited(self, seconds: float) -> None:
         """A request's first item ran this long after it was queued."""
@@ -178,17 +188,15 @@ class Engine:
                 _too_many(plan.count, limit),
             )
         with self.admit():
-            started = time.perf_counter()
             try:
                 inputs = await self.prepare(plan.encode, chars=plan.chars)
             except InputTooLong as exc:
-                raise self._rejected("too_long", exc.named(plan.param_of(exc.index))) from None
+                raise self._rejected("too_long", exc.named(plan.param_of(exc.index, exc.part))) from None
             except InvalidRequest as exc:
                 raise self._rejected("invalid", exc) from None
             except anyio.get_cancelled_exc_class():
                 self._observer.cancelled("tokenizing")
                 raise
-            self._observer.tokenized(time.perf_counter() - started)
             if len(inputs) > limit:  # a chunked document's windows are known only now
                 raise self._rejected("too_many_inputs", _too_many(len(inputs), limit))
             outputs = await self.run(inputs)
@@ -217,21 +225,31 @@ class Engine:
         """Tokenize inline when small, else in a thread, so a large request never blocks the loop.
 
         If the request is cancelled (its client left) while the thread tokenizes, the request returns at
-        once, and the thread stops at its next checkpoint, within one bounded chunk of tokenizing.
+        once, and the thread stops at its next checkpoint, within one bounded unit of work
+        (``tokens.CHUNK_CHARS``). Its time is recorded either way, by whoever ran it, when it stops: a
+        request abandoned mid-tokenizing still shows what it cost.
         """
+        observer, stats = self._observer, self.stats
         if chars <= INLINE_TOKENIZE_CHARS:
-            return tokenize(no_checkpoint)
+            with _timed(observer.tokenized):
+                return tokenize(no_checkpoint)
         abandoned = threading.Event()
-        stats = self.stats
 
-        def checkpoint() -> None:
+        def checkpoint(units: int) -> None:
+            stats.tokenize_work += units
+            stats.largest_step = max(stats.largest_step, units)
             if abandoned.is_set():
+                stats.work_after_abandon += units
                 stats.tokenizing_stopped += 1
                 raise Abandoned
             stats.tokenize_chunks += 1
 
+        def run(checkpoint: Checkpoint) -> T:
+            with _timed(observer.tokenized):
+                return tokenize(checkpoint)
+
         try:
-            return await anyio.to_thread.run_sync(tokenize, checkpoint, abandon_on_cancel=True)
+            return await anyio.to_thread.run_sync(run, checkpoint, abandon_on_cancel=True)
         finally:
             abandoned.set()
 
@@ -275,6 +293,16 @@ class Engine:
             self._observer.failed("worker_died")
         elif isinstance(error, ModelFailure):
             self._observer.failed("model_error")
+
+
+@contextmanager
+def _timed(record: Callable[[float], None]) -> Iterator[None]:
+    """Record the seconds the block took, however it ends (an abandoned request's tokenizing included)."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        record(time.perf_counter() - started)
 
 
 def _cost_follows_tokens(backend: Backend) -> bool:

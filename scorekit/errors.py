@@ -48,9 +48,34 @@ class InputTooLong(InvalidRequest):
             "input_tokens",
         )
 
+    # Which text of a pair the error is about (0 the first, 1 the second), or None for the whole input.
+    part: int | None = None
+
     def named(self, name: str) -> InputTooLong:
         """The same error, its message naming the input as the request spelled it."""
         return InputTooLong(self.index, self.length, self.maximum, chars=self.chars, name=name)
+
+
+class NoRoomForDocument(InputTooLong):
+    """Scoring a long document by windows, the query (pair ``index``'s first text) and the special tokens
+    leave no room for one token of the document: refused, never cut into empty windows. ``length`` is the
+    query's token count (None when it was tokenized only as deep as the model's length)."""
+
+    part = 0
+
+    def __init__(self, index: int, length: int | None, specials: int, maximum: int, *, name: str | None = None):
+        self.specials = specials
+        super().__init__(index, length, maximum, name=name)
+        size = f"{length} tokens" if length is not None else f"more than {maximum} tokens"
+        self.message = (
+            f"{name or f'Input {index}'} has {size}, which with the model's {specials} special tokens leaves no "
+            f"room for a document token in its maximum length of {maximum} tokens. "
+            "Shorten the query, or cut it with max_tokens_per_query."
+        )
+        self.args = (self.message,)
+
+    def named(self, name: str) -> NoRoomForDocument:
+        return NoRoomForDocument(self.index, self.length, self.specials, self.maximum, name=name)
 
 
 class TruncationTooLarge(InvalidRequest):

@@ -56,11 +56,12 @@ class Encoded:
         return len(self.input_ids)
 
 
-# Called by tokenizing code between bounded chunks of work; raises once the request has been abandoned.
-Checkpoint = Callable[[], None]
+# Called by tokenizing code before each bounded unit of work (``tokens.Meter``), with the units of work done
+# since its last call (characters tokenized, tokens copied); raises once the request has been abandoned.
+Checkpoint = Callable[[int], None]
 
 
-def no_checkpoint() -> None:
+def no_checkpoint(units: int) -> None:
     """The checkpoint of work that nobody can abandon (tests, warm-up)."""
 
 
@@ -80,14 +81,14 @@ class Plan(Generic[R]):
     ``count`` model inputs (each distinct input once) of ``chars`` characters in all; ``encode`` tokenizes
     them (on any thread, calling the checkpoint between bounded chunks); ``finish`` turns the encoded inputs
     and their outputs, in the same order, into the answer; ``param_of`` names input ``i`` as the request
-    spelled it, for an :class:`InputTooLong`.
+    spelled it, for an :class:`InputTooLong` (and its ``part``: which text of a pair, or None for the whole).
     """
 
     count: int
     chars: int
     encode: Callable[[Checkpoint], list[Encoded]]
     finish: Callable[[list[Encoded], list[torch.Tensor]], R]
-    param_of: Callable[[int], str]
+    param_of: Callable[[int, int | None], str]
 
 
 class Backend(Protocol):

@@ -16,9 +16,6 @@ from .base import Checkpoint, Encoded, ModelKind, Plan, TruncationSide, no_check
 from .loading import (
     Source,
     check_pair_options,
-    cut_texts,
-    encode_texts,
-    limits,
     load_model,
     load_tokenizer,
     pad_batch,
@@ -27,6 +24,7 @@ from .loading import (
 )
 from .pairs import Pairing
 from .runtime import TORCH, ModelRuntime
+from .tokens import Meter, TextTokenizer, cut_texts, encode_texts, limits
 
 Pooling = Literal["mean", "mean_sqrt_len_tokens", "cls", "max", "lasttoken"]
 # The pooling names sentence-transformers saves.
@@ -63,6 +61,7 @@ class BiEncoderBackend:
         source = Source(name, transformer_path, root.trust_remote_code)
         self.pooling = _read_pooling(name, pooling_path)
         self._tokenizer = load_tokenizer(source)
+        self._tokens = TextTokenizer(self._tokenizer)
         model = load_model(AutoModel, source, device, dtype, self.kind)
         self._forward = runtime.forward(model, "last_hidden_state", self._tokenizer.model_input_names)
         self._model = model if runtime.runs_the_module else None
@@ -102,13 +101,16 @@ class BiEncoderBackend:
             return PairScores(pairing.spread(scores), tokens)
 
         def encode(checkpoint: Checkpoint) -> list[Encoded]:
+            meter = Meter(checkpoint)
             texts = [text for text, _ in rows]
             for cut in {cut_query, cut_document} - {0}:
                 places = [i for i, (_, tokens) in enumerate(rows) if tokens == cut]
-                shorter = cut_texts(self._tokenizer, [texts[i] for i in places], cut, checkpoint)
+                shorter = cut_texts(self._tokens, [texts[i] for i in places], cut, meter)
                 for place, text in zip(places, shorter, strict=True):
                     texts[place] = text
-            return self.encode_texts(texts, options.truncate, options.side, checkpoint)
+            encoded = self._encode_texts(texts, options.truncate, options.side, meter)
+            meter.close()
+            return encoded
 
         def first_place(row: int) -> str:
             text, cut = rows[row]
@@ -120,7 +122,7 @@ class BiEncoderBackend:
             chars=sum(len(text) for text, _ in rows),
             encode=encode,
             finish=finish,
-            param_of=first_place,
+            param_of=lambda row, _: first_place(row),
         )
 
     def plan_embed(self, texts: list[str], options: EmbedOptions, param_of: ParamOf) -> Plan[Embeddings]:
@@ -139,7 +141,7 @@ class BiEncoderBackend:
             chars=sum(map(len, distinct)),
             encode=lambda checkpoint: self.encode_texts(distinct, options.truncate, options.side, checkpoint),
             finish=finish,
-            param_of=lambda row: param_of(1, texts.index(distinct[row])),
+            param_of=lambda row, _: param_of(1, texts.index(distinct[row])),
         )
 
     def encode_texts(
@@ -150,8 +152,16 @@ class BiEncoderBackend:
         checkpoint: Checkpoint = no_checkpoint,
     ) -> list[Encoded]:
         """Each text on its own, with the tokenizer's special tokens."""
-        request_limits = limits(self._tokenizer, truncate, side, self.max_length)
-        return encode_texts(self._tokenizer, texts, request_limits, checkpoint)
+        meter = Meter(checkpoint)
+        encoded = self._encode_texts(texts, truncate, side, meter)
+        meter.close()
+        return encoded
+
+    def _encode_texts(
+        self, texts: Sequence[str], truncate: int | None, side: TruncationSide | None, meter: Meter
+    ) -> list[Encoded]:
+        request_limits = limits(self._tokens, truncate, side, self.max_length)
+        return encode_texts(self._tokens, texts, request_limits, meter)
 
     def forward(self, batch: Sequence[Encoded]) -> list[torch.Tensor]:
         """One pooled float32 vector per text, on the CPU, not yet normalised (plans decide, see ``_finish``)."""

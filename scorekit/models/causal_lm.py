@@ -14,7 +14,8 @@ from scorekit.errors import InvalidRequest
 from scorekit.tasks import LabelQuery, LabelScores
 
 from .base import Checkpoint, Encoded, ModelKind, Plan, no_checkpoint, token_array
-from .loading import Source, load_model, load_tokenizer, pad_batch, pad_token_id, read_max_length, tokenize
+from .loading import Source, load_model, load_tokenizer, pad_batch, pad_token_id, read_max_length
+from .tokens import Meter, TextTokenizer
 
 # The first transformers whose models take logits_to_keep as one position per row (a (batch, 1) tensor).
 PER_ROW_LOGITS = Version("5.21")
@@ -35,6 +36,7 @@ class CausalLMBackend:
                 f" prompt); this is transformers {TRANSFORMERS}."
             )
         self._tokenizer = load_tokenizer(source)
+        self._tokens = TextTokenizer(self._tokenizer, joins=False)  # a prompt is its texts end to end
         model = load_model(AutoModelForCausalLM, source, device, dtype, self.kind)
         # forward asks the model for the logits at one position per row, not the whole sequence.
         if "logits_to_keep" not in inspect.signature(model.forward).parameters:
@@ -84,7 +86,7 @@ class CausalLMBackend:
             chars=sum(len(query.items[index]) for index in distinct) + len(query.query),
             encode=encode,
             finish=finish,
-            param_of=lambda place: f"items[{distinct[place]}]",
+            param_of=lambda place, _: f"items[{distinct[place]}]",
         )
 
     def check_labels(self, label_token_ids: Sequence[int]) -> None:
@@ -129,10 +131,12 @@ class CausalLMBackend:
         self.check_labels(label_token_ids)
         labels = tuple(label_token_ids)
         cut = self.max_length - 1
-        [query_ids] = self._token_ids([query], add_special_tokens, lambda _: "query", checkpoint)
-        item_ids = self._token_ids(items, False, lambda index: f"item {index}", checkpoint)
+        meter = Meter(checkpoint)
+        [query_ids] = self._token_ids([query], add_special_tokens, lambda _: "query", meter)
+        item_ids = self._token_ids(items, False, lambda index: f"item {index}", meter)
         prompts = []
         for index, ids in enumerate(item_ids):
+            meter.spend(min(len(ids) + len(query_ids), cut))
             first, second = (ids, query_ids) if item_first else (query_ids, ids)
             head = first[:cut]
             prompt = head + second[: cut - len(head)]
@@ -140,6 +144,7 @@ class CausalLMBackend:
                 raise InvalidRequest(f"The prompt for item {index} is empty.", f"items[{index}]")
             truncated = len(first) + len(second) > cut
             prompts.append(Encoded(token_array(prompt), label_token_ids=labels, truncated=truncated))
+        meter.close()
         return prompts
 
     def forward(self, batch: Sequence[Encoded]) -> list[torch.Tensor]:
@@ -160,11 +165,11 @@ class CausalLMBackend:
         values: Sequence[str | list[int]],
         add_special_tokens: bool,
         name: Callable[[int], str],
-        checkpoint: Checkpoint,
+        meter: Meter,
     ) -> list[list[int]]:
         """Tokenize the strings; check the id lists, since an id past the vocabulary would crash the model."""
         texts = [value for value in values if isinstance(value, str)]
-        encodings = iter(tokenize(self._tokenizer, texts, special_tokens=add_special_tokens, checkpoint=checkpoint))
+        encodings = iter(self._tokens.encodings(texts, meter, special_tokens=add_special_tokens))
         token_ids = []
         for index, value in enumerate(values):
             if isinstance(value, str):

@@ -13,10 +13,6 @@ from .base import Checkpoint, Encoded, ModelKind, Plan, TruncationSide, no_check
 from .loading import (
     Source,
     check_pair_options,
-    cut_texts,
-    encode_pair_windows,
-    encode_pairs,
-    limits,
     load_model,
     load_tokenizer,
     pad_batch,
@@ -25,6 +21,7 @@ from .loading import (
 )
 from .pairs import Pairing, sigmoid
 from .runtime import TORCH, ModelRuntime
+from .tokens import Meter, TextTokenizer, cut_texts, encode_pair_windows, encode_pairs, limits
 from .windows import Layout
 
 # Activation names a CrossEncoder may have saved in its config; sigmoid is its default for one label.
@@ -43,6 +40,7 @@ class CrossEncoderBackend:
     ) -> None:
         name = source.name
         self._tokenizer = load_tokenizer(source)
+        self._tokens = TextTokenizer(self._tokenizer)
         model = load_model(AutoModelForSequenceClassification, source, device, dtype, self.kind)
         if model.config.num_labels != 1:
             raise ValueError(
@@ -69,15 +67,18 @@ class CrossEncoderBackend:
         layout = Layout()
 
         def encode(checkpoint: Checkpoint) -> list[Encoded]:
-            queries = cut_texts(self._tokenizer, firsts, options.query_tokens, checkpoint)
-            documents = cut_texts(self._tokenizer, seconds, options.document_tokens, checkpoint)
+            meter = Meter(checkpoint)
+            queries = cut_texts(self._tokens, firsts, options.query_tokens, meter)
+            documents = cut_texts(self._tokens, seconds, options.document_tokens, meter)
             if options.chunking is None:
                 layout.spans.extend([(0, len(document))] for document in seconds)
-                return self.encode_pairs(queries, documents, options.truncate, options.side, checkpoint)
-            encoded, spans = encode_pair_windows(
-                self._tokenizer, queries, documents, self.max_length, options.chunking, checkpoint
-            )
-            layout.spans.extend(spans)
+                encoded = self._encode_pairs(queries, documents, options.truncate, options.side, meter)
+            else:
+                encoded, spans = encode_pair_windows(
+                    self._tokens, queries, documents, self.max_length, options.chunking, meter
+                )
+                layout.spans.extend(spans)
+            meter.close()
             return encoded
 
         def finish(inputs: list[Encoded], outputs: list[torch.Tensor]) -> PairScores:
@@ -90,7 +91,7 @@ class CrossEncoderBackend:
             chars=sum(map(len, firsts)) + sum(map(len, seconds)),
             encode=encode,
             finish=finish,
-            param_of=lambda row: pairing.name(row, param_of, one_query=len(side1) == 1),
+            param_of=lambda row, part: pairing.name(row, param_of, one_query=len(side1) == 1, part=part),
         )
 
     def encode_pairs(
@@ -102,8 +103,21 @@ class CrossEncoderBackend:
         checkpoint: Checkpoint = no_checkpoint,
     ) -> list[Encoded]:
         """Pair i is (queries[i], documents[i]), tokenized as one sequence with token type ids."""
-        request_limits = limits(self._tokenizer, truncate, side, self.max_length)
-        return encode_pairs(self._tokenizer, queries, documents, request_limits, checkpoint)
+        meter = Meter(checkpoint)
+        encoded = self._encode_pairs(queries, documents, truncate, side, meter)
+        meter.close()
+        return encoded
+
+    def _encode_pairs(
+        self,
+        queries: Sequence[str],
+        documents: Sequence[str],
+        truncate: int | None,
+        side: TruncationSide | None,
+        meter: Meter,
+    ) -> list[Encoded]:
+        request_limits = limits(self._tokens, truncate, side, self.max_length)
+        return encode_pairs(self._tokens, queries, documents, request_limits, meter)
 
     def forward(self, batch: Sequence[Encoded]) -> list[torch.Tensor]:
         """The raw logit of each pair, as a 0-d float32 CPU tensor."""

@@ -25,19 +25,16 @@ from scorekit.tasks import PairOptions, PairScores, ParamOf
 from .base import Checkpoint, Encoded, Limits, ModelKind, Plan, SharedPrefix, token_array
 from .loading import (
     Source,
-    check_chars,
     check_pair_options,
-    cut_texts,
-    limits,
     load_model,
     load_tokenizer,
     pad_token_id,
     padded,
     read_max_length,
-    tokenize_distinct,
 )
 from .pairs import Pairing, sigmoid
 from .rerank_template import TEMPLATE_FILE, resolve_template
+from .tokens import Meter, TextTokenizer, check_chars, cut_texts, limits
 from .windows import Layout, token_windows
 
 logger = logging.getLogger("scorekit.models")
@@ -63,6 +60,7 @@ class LLMRerankerBackend:
     def __init__(self, source: Source, *, device: torch.device, dtype: torch.dtype, template: str | None) -> None:
         name = source.name
         self._tokenizer = tokenizer = load_tokenizer(source)
+        self._tokens = TextTokenizer(tokenizer, joins=False)  # the reranker template joins the prompt
         model = load_model(AutoModelForCausalLM, source, device, dtype, self.kind)
         parameters = inspect.signature(model.forward).parameters
         if "logits_to_keep" not in parameters:
@@ -92,14 +90,16 @@ class LLMRerankerBackend:
         layout = Layout()
 
         def encode(checkpoint: Checkpoint) -> list[Encoded]:
-            request_limits = limits(self._tokenizer, options.truncate, options.side, self.max_length)
+            meter = Meter(checkpoint)
+            request_limits = limits(self._tokens, options.truncate, options.side, self.max_length)
             if options.chunking is None:
                 check_chars(zip(map(len, firsts), map(len, seconds), strict=True), request_limits)
-            queries = cut_texts(self._tokenizer, firsts, options.query_tokens, checkpoint)
-            documents = cut_texts(self._tokenizer, seconds, options.document_tokens, checkpoint)
-            prompts = self._prompts(queries, documents, options.instruction, checkpoint)
+            queries = cut_texts(self._tokens, firsts, options.query_tokens, meter)
+            documents = cut_texts(self._tokens, seconds, options.document_tokens, meter)
+            prompts = self._prompts(queries, documents, options.instruction, meter)
             encoded: list[Encoded] = []
             for index, prompt in enumerate(prompts):
+                meter.spend(len(prompt.ids))
                 windows = self._windows(prompt, index, options) if options.chunking else None
                 if windows is None:
                     encoded.append(self._fit(prompt, index, request_limits))
@@ -107,6 +107,7 @@ class LLMRerankerBackend:
                     continue
                 encoded += [_window(prompt, start, end, self._labels) for start, end in windows]
                 layout.spans.append([_characters(prompt, start, end) for start, end in windows])
+            meter.close()
             return _share_prefix(encoded)
 
         def finish(inputs: list[Encoded], outputs: list[torch.Tensor]) -> PairScores:
@@ -119,17 +120,17 @@ class LLMRerankerBackend:
             chars=sum(map(len, firsts)) + sum(map(len, seconds)),
             encode=encode,
             finish=finish,
-            param_of=lambda row: pairing.name(row, param_of, one_query=len(side1) == 1),
+            param_of=lambda row, part: pairing.name(row, param_of, one_query=len(side1) == 1, part=part),
         )
 
     def _prompts(
-        self, queries: Sequence[str], documents: Sequence[str], instruction: str | None, checkpoint: Checkpoint
+        self, queries: Sequence[str], documents: Sequence[str], instruction: str | None, meter: Meter
     ) -> list[_Prompt]:
-        """Each pair's segments tokenized apart (each distinct segment text once) and joined."""
+        """Each pair's segments tokenized apart (each distinct segment text once) and joined; each pair's
+        joining is counted as work, so a long query's prompts are checkpointed by their tokens."""
         filled = [self.template.fill(q, d, instruction) for q, d in zip(queries, documents, strict=True)]
-        encodings = tokenize_distinct(
-            self._tokenizer, [text for segments in filled for text, _ in segments], checkpoint
-        )
+        distinct = list(dict.fromkeys(text for segments in filled for text, _ in segments))
+        encodings = dict(zip(distinct, self._tokens.encodings(distinct, meter), strict=True))
         start = [self._tokenizer.bos_token_id] if self.template.bos else []
         prompts = []
         for segments in filled:
@@ -138,6 +139,7 @@ class LLMRerankerBackend:
             offsets: list[tuple[int, int]] = []
             for text, slots in segments:
                 encoding = encodings[text]
+                meter.spend(len(encoding))
                 places = encoding.offsets  # a fresh list on every read of the attribute: read it once
                 for slot in ("query", "document"):
                     if slot in slots:

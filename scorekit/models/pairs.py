@@ -41,14 +41,16 @@ class Pairing:
         """Where the distinct pair ``row`` first occurs in the request."""
         return self.pairs.index(self.distinct[row])
 
-    def name(self, row: int, param_of: ParamOf, *, one_query: bool) -> str:
+    def name(self, row: int, param_of: ParamOf, *, one_query: bool, part: int | None = None) -> str:
         """How an over-long pair is named: one sequence holds both texts, so the longer one (in characters) is
         named first, with the other beside it ("query (with documents[2])"): a long query is not blamed on
-        its document."""
+        its document. With ``part`` (0 the query, 1 the document) the error is that text's alone."""
         place = self.first_place(row)
         first, second = self.distinct[row]
         query = param_of(0, 0 if one_query else place)
         document = param_of(1, place)
+        if part is not None:
+            return query if part == 0 else document
         return f"{query} (with {document})" if len(first) > len(second) else f"{document} (with {query})"
 
 

@@ -25,7 +25,7 @@ from scorekit.models import (
     default_model_path,
     detect_kind,
     load_backend,
-    loading,
+    tokens,
 )
 from scorekit.models import causal_lm as causal_lm_module
 from scorekit.models.base import no_checkpoint
@@ -241,7 +241,7 @@ def test_an_input_past_the_first_tokenizing_chunk_is_named_by_its_own_index(
     minilm: BiEncoderBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Texts are fitted one tokenizing chunk at a time (each chunk's encodings freed before the next)."""
-    monkeypatch.setattr(loading, "TOKENIZE_CHUNK_CHARS", 12)
+    monkeypatch.setattr(tokens, "CHUNK_CHARS", 12)
     texts = ["short one", "short two", "short six", LONG, "short"]
     with pytest.raises(InputTooLong) as caught:
         minilm.encode_texts(texts, None, None)
