@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
+import math
 import socket
 import threading
 import time
@@ -25,6 +27,7 @@ from scorekit.asgi import ASGIApp, Message, Receive, Scope, Send
 
 if TYPE_CHECKING:
     from scorekit.app import ScorekitApp
+    from scorekit.worker import WorkerStats
 
 SERVERS = ("uvicorn", "hypercorn", "granian")
 
@@ -321,13 +324,42 @@ def _wait_until(condition: Any, message: str, timeout: float = 120.0) -> None:
         time.sleep(0.02)
 
 
+def settled_stats(app: ScorekitApp) -> WorkerStats:
+    """A copy of the worker's counters at their final values: no request in flight, nothing queued and no batch
+    running. A batch updates several counters under the worker's lock, and a batch of a request whose client left
+    still runs after its answer, so counters read while work may run can be short, or half of one update."""
+    engine = app.engine
+    assert engine is not None
+    worker = engine.worker
+
+    def idle() -> bool:
+        with worker._lock:  # the lock the counters and the busy count are written under
+            return app.load.routed == 0 and engine.batcher.queued == 0 and worker._busy == 0
+
+    # Twice, a moment apart: a thread that has just taken a batch off the queue counts itself busy a moment later.
+    assert wait_for(idle)
+    time.sleep(0.05)
+    assert wait_for(idle)
+    with worker._lock:
+        return copy.deepcopy(worker.stats)
+
+
 def settled_items(app: ScorekitApp) -> int:
-    """The worker's item count once no request is in flight (a finished batch's count lands just after it)."""
-    assert app.engine is not None
-    stats = app.engine.worker.stats
-    assert wait_for(lambda: app.load.routed == 0 and app.engine is not None and app.engine.batcher.queued == 0)
-    seen = -1
-    while seen != stats.items:  # bounded: nothing is in flight, so at most one more batch lands
-        seen = stats.items
-        time.sleep(0.05)
-    return seen
+    """The worker's item count once nothing can change it (:func:`settled_stats`)."""
+    return settled_stats(app).items
+
+
+def close_answers(got: Any, expected: Any, abs_tol: float = 1e-5) -> bool:
+    """Two served answers (JSON values) are the same, each float to ``abs_tol``. Two requests' items can run in
+    batches of other sizes and partners, which moves a score or a vector's component in its last bits (by at
+    most 1e-5, docs/api.md); everything else (indices, documents, keys) must match exactly."""
+    if isinstance(got, dict) and isinstance(expected, dict):
+        return got.keys() == expected.keys() and all(close_answers(got[k], expected[k], abs_tol) for k in got)
+    if isinstance(got, list | tuple) and isinstance(expected, list | tuple):
+        return len(got) == len(expected) and all(
+            close_answers(a, b, abs_tol) for a, b in zip(got, expected, strict=True)
+        )
+    if isinstance(got, float) or isinstance(expected, float):
+        numbers = all(isinstance(x, int | float) and not isinstance(x, bool) for x in (got, expected))
+        return numbers and math.isclose(got, expected, abs_tol=abs_tol)
+    return bool(got == expected)

@@ -52,7 +52,7 @@ def test_bi_encoder_identical_documents_share_one_score_and_tie_in_input_order(
     assert status == 200, body
     assert _items_run(minilm_app) - before == 3  # the query and two distinct documents
     scores = {r["index"]: r["relevance_score"] for r in body["results"]}
-    assert scores[0] == scores[2] == scores[3] and scores[1] == scores[4]
+    assert scores[0] == scores[2] == scores[3] and scores[1] == scores[4]  # exact: identical inputs in one request
     same_first = [r["index"] for r in body["results"] if r["index"] in (0, 2, 3)]
     assert same_first == [0, 2, 3]
     assert [r["index"] for r in body["results"] if r["index"] in (1, 4)] == [1, 4]
@@ -65,7 +65,7 @@ def test_bi_encoder_usage_counts_every_text_as_vllm_does(minilm: Live) -> None:
     assert one_to_n["usage"]["prompt_tokens"] == tokens[QUERY] + 2 * tokens[SAME] + tokens[OTHER]
     _, n_to_n = minilm.json("POST", "/score", {"queries": [QUERY, QUERY], "documents": [SAME, SAME]})
     assert n_to_n["usage"]["prompt_tokens"] == 2 * tokens[QUERY] + 2 * tokens[SAME]
-    assert n_to_n["data"][0]["score"] == n_to_n["data"][1]["score"]
+    assert n_to_n["data"][0]["score"] == n_to_n["data"][1]["score"]  # exact: identical inputs in one request
 
 
 def test_cross_encoder_identical_pairs_run_once(cross_encoder_app: tuple[ScorekitApp, Live]) -> None:
@@ -76,7 +76,7 @@ def test_cross_encoder_identical_pairs_run_once(cross_encoder_app: tuple[Scoreki
     assert status == 200, body
     assert _items_run(app) - before == 3  # (q, SAME) once, (q, OTHER), (other q, SAME)
     scores = [d["score"] for d in body["data"]]
-    assert scores[0] == scores[2]
+    assert scores[0] == scores[2]  # exact: identical inputs in one request
     tokenizer = AutoTokenizer.from_pretrained(app.settings.model)
     pairs = zip(payload["queries"], payload["documents"], strict=True)
     expected = sum(len(tokenizer(q, d)["input_ids"]) for q, d in pairs)
@@ -100,7 +100,7 @@ def test_generative_identical_items_run_once(causal_lm_app: tuple[ScorekitApp, L
     status, body = live.json("POST", "/generative_scoring", payload)
     assert status == 200, body
     assert _items_run(app) - before == 2
-    assert body["data"][0]["scores"] == body["data"][2]["scores"]
+    assert body["data"][0]["scores"] == body["data"][2]["scores"]  # exact: identical inputs in one request
     assert [d["index"] for d in body["data"]] == [0, 1, 2]
     assert body["usage"]["completion_tokens"] == 3  # every item's prompt counts, as in vLLM
 

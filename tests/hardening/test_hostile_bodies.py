@@ -18,7 +18,7 @@ import pytest
 from scorekit.app import ScorekitApp, create_app
 from scorekit.settings import Settings
 from tests.hardening.conftest import error_of, json_head, request_head, send_until_answered
-from tests.live import Live, serve
+from tests.live import Live, close_answers, serve
 from tests.tiny_models import build_causal_lm
 
 LIMIT = Settings().max_body_bytes  # 16 MiB; a 50 MB body is over it
@@ -98,10 +98,10 @@ def server(hardened: tuple[ScorekitApp, Live]) -> Iterator[Live]:
     status, before = live.json("POST", "/rerank", NORMAL)
     assert status == 200
     yield live
-    # After every hostile case: still healthy, still scoring exactly as before.
+    # After every hostile case: still healthy, still scoring as before (to 1e-5: another request, another batch).
     assert live.request("GET", "/health")[0] == 200
     status, after = live.json("POST", "/rerank", NORMAL)
-    assert status == 200 and after["results"] == before["results"]
+    assert status == 200 and close_answers(after["results"], before["results"])
     assert live.wait_load(0) == 0
 
 
@@ -159,7 +159,7 @@ def test_unknown_fields_are_ignored(server: Live) -> None:
     extra = {**NORMAL, "return_documents": True, "rank_fields": ["text"], "x": {"y": [1]}}
     noisy = server.json("POST", "/rerank", extra)
     assert plain[0] == noisy[0] == 200
-    assert noisy[1]["results"] == plain[1]["results"]
+    assert close_answers(noisy[1]["results"], plain[1]["results"])  # to 1e-5: two requests, two batches
 
 
 def test_wrong_method_and_unknown_route_use_the_error_shape(server: Live) -> None:
@@ -199,7 +199,7 @@ def test_many_label_ids_under_the_cap_are_scored(causal_lm: Live) -> None:
     scores = body["data"][0]["scores"]
     assert len(scores) == len(labels)
     assert sum(scores[:9_000]) == pytest.approx(1.0, abs=1e-3)
-    assert scores[-3] == scores[5] and scores[-1] == scores[7]
+    assert scores[-3] == scores[5] and scores[-1] == scores[7]  # exact: the same label twice in one request
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from typing import Any
 from scorekit.app import ScorekitApp
 from scorekit.settings import EngineConfig, Settings
 from tests.hardening.conftest import docs, error_of, running
-from tests.live import Live
+from tests.live import Live, close_answers
 
 CLIENTS = 64
 
@@ -110,7 +110,10 @@ def test_max_concurrent_requests_sheds_the_excess() -> None:
         assert peak <= 4, peak
         _check(live, results, expected, items_run, "requests in flight: 4, the limit")
         assert app.engine is not None and app.engine.active_requests == 0
-        assert _lone(live, app, body) == expected  # still serving, same answer
+        # Still serving, the same answer: to 1e-5, since the storm retrained the batch-cost fit, and the lone
+        # request's items may now be batched otherwise.
+        again = _lone(live, app, body)
+        assert again.items == expected.items and close_answers(again.results, expected.results)
 
     _with(Settings(engine=EngineConfig(max_concurrent_requests=4, max_batch_size=8)), test)
 
