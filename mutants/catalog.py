@@ -1021,5 +1021,123 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     # (end of T)
     # -- the smaller findings: metrics, errors, memory of bodies being decoded (F) -----------------------
+    Mutant(
+        "F01",
+        "scorekit/middleware/metrics.py",
+        "/metrics counts a request that sent nothing through it as 499 at once, before the lifecycle's 400 to a "
+        "broken body goes out",
+        "owner: _Finishing | None = scope.get(LIFECYCLE_KEY)",
+        "owner: _Finishing | None = None",
+        ("tests/hardening/test_findings.py::test_metrics_count_the_400_sent_to_a_malformed_body_under_granian",),
+    ),
+    Mutant(
+        "F02",
+        LIFECYCLE,
+        "the lifecycle does not note the status it forwards: an answer sent after the app returned counts as 499",
+        '            self.sent_status = message["status"]\n',
+        "",
+        ("tests/hardening/test_findings.py::test_metrics_count_the_400_sent_to_a_malformed_body_under_granian",),
+    ),
+    Mutant(
+        "F03",
+        "scorekit/api/invocations.py",
+        "/invocations lets its endpoint's typed errors through to the router, which names the route: \"the "
+        '/invocations API" instead of the API the body was recognised as',
+        "    except ScorekitError as error:\n",
+        "    except LookupError as error:\n",
+        ("tests/hardening/test_findings.py::test_invocations_names_the_api_the_model_lacks",),
+    ),
+    Mutant(
+        "F04",
+        "scorekit/api/common.py",
+        "/invocations refuses a body that is not JSON in /generative_scoring's words, not /score's",
+        "    skimmed = await _decode(request, _SKIM, parsed_in_handler=False)",
+        "    skimmed = await _decode(request, _SKIM, parsed_in_handler=True)",
+        ("tests/hardening/test_findings.py::test_invocations_errors_are_those_of_the_path_the_body_is_for",),
+    ),
+    Mutant(
+        "F05",
+        "scorekit/api/openapi.py",
+        "/openapi.json keeps one method per path: /ping's POST replaces its GET",
+        "        paths.setdefault(entry.path, {})[route.method.lower()] = operation",
+        "        paths[entry.path] = {route.method.lower(): operation}",
+        ("tests/hardening/test_findings.py::test_every_route_of_the_table_is_in_openapi",),
+    ),
+    Mutant(
+        "F06",
+        "scorekit/api/decoding.py",
+        "every body is let into its decoding thread at once: forty 15 MB bodies are decoded side by side",
+        "        if not self._waiting and self._fits(size):\n",
+        "        if True:\n",
+        ("tests/unit/test_decode_budget.py",),
+    ),
+    Mutant(
+        "F07",
+        "scorekit/api/decoding.py",
+        "a body larger than the bound waits for room that never comes (it should decode alone)",
+        "        return self.held == 0 or self.held + size <= self.limit",
+        "        return self.held + size <= self.limit",
+        ("tests/unit/test_decode_budget.py::test_a_body_over_the_bound_decodes_alone",),
+    ),
+    Mutant(
+        "F08",
+        "scorekit/api/decoding.py",
+        "a small body passes the large one waiting ahead of it, which can wait for ever",
+        "        if not self._waiting and self._fits(size):\n",
+        "        if self._fits(size):\n",
+        ("tests/unit/test_decode_budget.py::test_waiters_are_let_in_in_arrival_order",),
+    ),
+    Mutant(
+        "F09",
+        "scorekit/api/decoding.py",
+        "a waiter that leaves (its client gone) while first in line holds back the bodies behind it",
+        "                    self._let_in()  # it may have been first in line, holding the others back\n",
+        "",
+        ("tests/unit/test_decode_budget.py::test_a_cancelled_waiter_gives_its_place_up",),
+    ),
+    Mutant(
+        "F10",
+        "scorekit/api/common.py",
+        "decode ignores the server's budget: large bodies go to their threads unbounded",
+        "        budget: DecodeBudget | None = request.state.decoding if request.state is not None else None\n",
+        "        budget: DecodeBudget | None = None\n",
+        ("tests/unit/test_decode_budget.py::test_decode_keeps_the_bytes_inside_msgspec_under_the_bound",),
+    ),
+    Mutant(
+        "F11",
+        "scorekit/models/loading.py",
+        "a hub name missing from the cache is taken as cached while the hub cannot be reached: the load goes on "
+        'to "it has no config.json"',
+        "                if isinstance(try_to_load_from_cache(self.name, prefix + filename), str):\n",
+        "                if True:\n",
+        ("tests/cli/test_model_not_found.py::test_a_name_neither_a_folder_nor_reachable_is_one_line_at_once",),
+    ),
+    Mutant(
+        "F12",
+        "scorekit/models/loading.py",
+        "HF_HUB_OFFLINE is not looked at: the one line blames the network, which was never asked",
+        "        if constants.is_offline_mode():\n",
+        "        if False:\n",
+        ("tests/cli/test_model_not_found.py::test_with_hf_hub_offline_the_hub_is_not_asked",),
+    ),
+    Mutant(
+        "F13",
+        "scorekit/models/loading.py",
+        "a cached hub name is still fetched while the hub cannot be reached: every file waits out the retries",
+        "        local = self.is_local or Source.hub_unreachable() is not None\n",
+        "        local = self.is_local\n",
+        (
+            "tests/cli/test_model_not_found.py::"
+            "test_a_cached_model_is_served_from_the_cache_without_waiting_for_the_hub",
+        ),
+    ),
+    Mutant(
+        "F14",
+        "scorekit/logs.py",
+        "huggingface_hub keeps its own handler: each hub warning is printed twice, once without the format",
+        "        hub.removeHandler(handler)\n",
+        "        pass\n",
+        ("tests/cli/test_model_not_found.py::test_a_hub_warning_is_logged_once_in_the_one_format",),
+    ),
     # (end of F)
 )

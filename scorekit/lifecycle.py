@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
+from collections.abc import Callable
 
 import anyio
 import anyio.abc
@@ -72,12 +73,14 @@ class Lifecycle(LifecycleHooks):
         self._app_asked = False
         self._expect_trailers = False
         self._broken_body_answer: Answer | None = None
+        self._on_finish: list[Callable[[int | None], None]] | None = None
         self.buffered_bytes = 0
         self.app_scope = anyio.CancelScope()
         self.cancel_on_disconnect = cancel_on_disconnect
         self.route: str | None = None
         self.body_complete = False
         self.response_started = False
+        self.sent_status: int | None = None  # the status of the response handed to the server, by any layer
         self.response_complete = False
         self.disconnected = False
         self.client_gone = False
@@ -98,6 +101,17 @@ class Lifecycle(LifecycleHooks):
         Where the client is really gone, servers drop what is sent; an ``OSError`` is ignored.
         """
         self._broken_body_answer = answer
+
+    def on_finish(self, callback: Callable[[int | None], None]) -> None:
+        """Call ``callback`` with the status sent (None: nothing was) once the owner is done with the request.
+
+        For a layer that counts answers (/metrics) and saw none go through it: the answer to a broken body is
+        sent after the app has returned, and so is a drain's cut (:class:`~scorekit.middleware.inflight.InFlight`,
+        above it), so only the owner knows at the end what went out.
+        """
+        if self._on_finish is None:
+            self._on_finish = []
+        self._on_finish.append(callback)
 
     async def wait_disconnect(self) -> None:
         """Return once the server said the stream is over (client gone, or response complete)."""
@@ -136,6 +150,7 @@ class Lifecycle(LifecycleHooks):
         kind = message["type"]
         if kind == "http.response.start":
             self.response_started = True
+            self.sent_status = message["status"]
             self._expect_trailers = bool(message.get("trailers", False))
         elif completes_response(message, expect_trailers=self._expect_trailers):
             self.response_complete = True
@@ -192,6 +207,12 @@ class Lifecycle(LifecycleHooks):
         """Undo this request's route label; the owner calls it once, in its ``finally``."""
         if self.route is not None:
             self._load.exit_route(self.route)
+
+    def finish(self) -> None:
+        """Tell :meth:`on_finish`'s callbacks what was sent; the owner calls it once, last, after the load moved."""
+        if self._on_finish is not None:
+            for callback in self._on_finish:
+                callback(self.sent_status)
 
     async def _answer_broken_body(self) -> None:
         answer = self._broken_body_answer
@@ -309,6 +330,7 @@ class LifecycleMiddleware:
         finally:
             lifecycle.release()
             self.load.exit()
+            lifecycle.finish()
 
 
 async def _wait_until_done(task: asyncio.Task[None]) -> None:

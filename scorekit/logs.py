@@ -37,12 +37,20 @@ def process_config(level: str) -> dict[str, Any]:
 def route_transformers(level: str) -> None:
     """transformers logs through a handler and a format of its own: send its records to the root logger instead,
     only errors unless ``level`` is debug (its load reports run to dozens of lines about weights scorekit does not
-    use; a model missing weights it needs is refused with one line of scorekit's own)."""
+    use; a model missing weights it needs is refused with one line of scorekit's own).
+
+    huggingface_hub gives its logger a plain stderr handler of its own and also passes each record up: every hub
+    warning (a retry, a slow download) printed twice, once without the format. Its handler goes, so each shows
+    once, in the one format."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_default_handler()
     hf_logging.enable_propagation()
     hf_logging.set_verbosity(logging.WARNING if level.lower() == "debug" else logging.ERROR)
+    hub = logging.getLogger("huggingface_hub")
+    for handler in list(hub.handlers):
+        hub.removeHandler(handler)
+    hub.propagate = True
 
 
 def ensure_visible() -> None:

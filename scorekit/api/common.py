@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import anyio.to_thread
 import msgspec
 
+from scorekit.api.decoding import DecodeBudget
 from scorekit.api.state import ServerState
 from scorekit.http import HTTPError, Request, bad_request
 from scorekit.schemas import Chunk, RerankRequest, ScoreRequest
@@ -19,12 +20,18 @@ from scorekit.settings import Settings
 from scorekit.tasks import Chunking, PairOptions, PairScores
 
 S = TypeVar("S", bound=msgspec.Struct)
+T = TypeVar("T")
 
 logger = logging.getLogger("scorekit.api")
 _FIELD_AT = re.compile(r"at `\$\.([A-Za-z_0-9]+)")
 _MISSING = re.compile(r"missing required field `([A-Za-z_0-9]+)`")
 # Decoding this much JSON takes about a millisecond: cheaper inline than a thread hop.
 INLINE_DECODE_BYTES = 256 << 10
+
+
+# Any JSON body, an object's or an array's values left undecoded (msgspec skims them): what /invocations reads.
+_Skimmed = dict[str, msgspec.Raw] | list[msgspec.Raw] | str | int | float | bool | None
+_SKIM: msgspec.json.Decoder[_Skimmed] = msgspec.json.Decoder(_Skimmed)
 
 
 @cache
@@ -40,16 +47,36 @@ async def decode(request: Request, kind: type[S], *, parsed_in_handler: bool = F
     type "Bad Request" and param the place in the body ("body.top_n"). ``parsed_in_handler`` is for the
     route whose handler vLLM lets parse the body itself (/generative_scoring): there a bad body is a plain
     ValueError, BadRequestError with no param."""
+    decoded: S = await _decode(request, _decoder(kind), parsed_in_handler)
+    if logger.isEnabledFor(logging.DEBUG):
+        _log_ignored_fields(request.body, kind)
+    return decoded
+
+
+async def body_keys(request: Request) -> frozenset[str] | None:
+    """The keys of a JSON object body, read without decoding their values; None for JSON that is not an object.
+    A body that is not JSON at all is refused exactly as /score refuses it (:func:`decode`)."""
+    skimmed = await _decode(request, _SKIM, parsed_in_handler=False)
+    return frozenset(skimmed) if isinstance(skimmed, dict) else None
+
+
+async def _decode(request: Request, decoder: msgspec.json.Decoder[T], parsed_in_handler: bool) -> T:
+    """``decoder`` run on the body: inline when small, else in a thread once the server's
+    :class:`~scorekit.api.decoding.DecodeBudget` has room for it; a body that cannot be taken is a 400."""
     media_type = (request.header("content-type") or "").split(";")[0].strip().lower()
     if media_type != "application/json":
         # vLLM's words and status (400, not 415); its validate_json_request raises it as a validation
         # error with no place in the body, so no param.
         raise HTTPError(400, "Unsupported Media Type: Only 'application/json' is allowed", error_type="Bad Request")
+    body = request.body
     try:
-        if len(request.body) <= INLINE_DECODE_BYTES:
-            decoded: S = _decoder(kind).decode(request.body)
-        else:
-            decoded = await anyio.to_thread.run_sync(_decoder(kind).decode, request.body)
+        if len(body) <= INLINE_DECODE_BYTES:
+            return decoder.decode(body)
+        budget: DecodeBudget | None = request.state.decoding if request.state is not None else None
+        if budget is None:
+            return await anyio.to_thread.run_sync(decoder.decode, body)
+        async with budget.hold(len(body)):
+            return await anyio.to_thread.run_sync(decoder.decode, body)
     except msgspec.ValidationError as exc:
         message = str(exc)
         found = _FIELD_AT.search(message) or _MISSING.search(message)
@@ -58,9 +85,6 @@ async def decode(request: Request, kind: type[S], *, parsed_in_handler: bool = F
         raise _refused(f"Invalid JSON: {exc}", "body", parsed_in_handler) from None
     except RecursionError:  # msgspec's depth guard; no valid request nests this deep
         raise _refused("Invalid JSON: the body is nested too deeply.", "body", parsed_in_handler) from None
-    if logger.isEnabledFor(logging.DEBUG):
-        _log_ignored_fields(request.body, kind)
-    return decoded
 
 
 def _refused(message: str, place: str, parsed_in_handler: bool) -> HTTPError:

@@ -13,6 +13,8 @@ from scorekit.schemas import (
 )
 from scorekit.tasks import LabelQuery
 
+GENERATIVE_API = "Generative Scoring"  # what an error calls this endpoint
+
 
 async def generative_scoring(request: Request) -> GenerativeScoringResponse:
     state: ServerState = request.state

@@ -3,17 +3,20 @@
 vLLM tries its request types in order and takes the first that validates; ours are told apart by the
 keys each one requires, checked most specific first: generative scoring (``label_token_ids``), rerank
 (``query`` with ``documents``), then score (any of its side spellings). The chosen endpoint decodes and
-validates the body itself, so its answers and errors are exactly those of its own path."""
+validates the body itself, so its answers and errors are exactly those of its own path, down to the API an
+error names ("the Generative Scoring API", where the router alone would say "/invocations"); a body that is
+not JSON is refused as /score refuses it."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
 
-import msgspec
-
-from scorekit.api.generative import generative_scoring
-from scorekit.api.rerank import rerank
-from scorekit.api.score import SPELLINGS, score
+from scorekit.api.common import body_keys
+from scorekit.api.errors import as_http_error
+from scorekit.api.generative import GENERATIVE_API, generative_scoring
+from scorekit.api.rerank import RERANK_API, rerank
+from scorekit.api.score import SCORE_API, SPELLINGS, score
+from scorekit.errors import ScorekitError
 from scorekit.http import Request, Response, bad_request
 from scorekit.schemas import GenerativeScoringResponse, RerankResponse, ScoreResponse
 
@@ -23,26 +26,28 @@ ACCEPTED = (
     "rerank (query, documents)",
     "score (queries/documents, queries/items, data_1/data_2 or text_1/text_2)",
 )
+Answer = ScoreResponse | RerankResponse | GenerativeScoringResponse | Response
 
 
-async def invocations(request: Request) -> ScoreResponse | RerankResponse | GenerativeScoringResponse | Response:
-    keys = _keys(request.body)
-    if "label_token_ids" in keys:
-        return await generative_scoring(request)
-    if {"query", "documents"} <= keys:
-        return await rerank(request)
-    if keys & _SCORE_KEYS:
-        return await score(request)
-    raise bad_request(f"Cannot tell which endpoint the body is for. Expected one of: {'; '.join(ACCEPTED)}.")
-
-
-def _keys(body: bytes) -> frozenset[str]:
-    try:
-        decoded: Any = msgspec.json.decode(body)
-    except msgspec.DecodeError as exc:
-        raise bad_request(f"Invalid JSON: {exc}") from None
-    except RecursionError:
-        raise bad_request("Invalid JSON: the body is nested too deeply.") from None
-    if not isinstance(decoded, dict):
+async def invocations(request: Request) -> Answer:
+    keys = await body_keys(request)
+    if keys is None:
         raise bad_request(f"The body must be a JSON object. Expected one of: {'; '.join(ACCEPTED)}.")
-    return frozenset(decoded)
+    endpoint, api = _endpoint_for(keys)
+    try:
+        return await endpoint(request)
+    except ScorekitError as error:
+        answer = as_http_error(error, api)
+        if answer is None:
+            raise
+        raise answer from None
+
+
+def _endpoint_for(keys: frozenset[str]) -> tuple[Callable[[Request], Awaitable[Answer]], str]:
+    if "label_token_ids" in keys:
+        return generative_scoring, GENERATIVE_API
+    if {"query", "documents"} <= keys:
+        return rerank, RERANK_API
+    if keys & _SCORE_KEYS:
+        return score, SCORE_API
+    raise bad_request(f"Cannot tell which endpoint the body is for. Expected one of: {'; '.join(ACCEPTED)}.")

@@ -14,6 +14,8 @@ from scorekit.api.tei_rerank import tei_rerank
 from scorekit.http import Request, Response, bad_request
 from scorekit.schemas import RerankDocument, RerankRequest, RerankResponse, RerankResult, RerankUsage
 
+RERANK_API = "Rerank"  # what an error calls this endpoint
+
 
 class _Dialect(msgspec.Struct):
     """The two keys that tell the dialects apart, left undecoded (msgspec skips every other field)."""

@@ -6,10 +6,10 @@ import msgspec
 
 from scorekit.api.embed import embed
 from scorekit.api.embeddings import embeddings
-from scorekit.api.generative import generative_scoring
+from scorekit.api.generative import GENERATIVE_API, generative_scoring
 from scorekit.api.invocations import invocations
-from scorekit.api.rerank import rerank
-from scorekit.api.score import score
+from scorekit.api.rerank import RERANK_API, rerank
+from scorekit.api.score import SCORE_API, score
 from scorekit.api.service import health, load, metrics, models, openapi, version
 from scorekit.routing import Alias, Endpoint, Route
 from scorekit.schemas import (
@@ -38,7 +38,7 @@ def _service(
 
 
 ROUTES: tuple[Route | Alias, ...] = (
-    Route("POST", "/score", score, ScoreRequest, ScoreResponse, "Score text pairs: 1:1, 1:N or N:N.", api="Score"),
+    Route("POST", "/score", score, ScoreRequest, ScoreResponse, "Score text pairs: 1:1, 1:N or N:N.", api=SCORE_API),
     Alias("/v1/score", to="/score"),
     Route(
         "POST",
@@ -47,7 +47,7 @@ ROUTES: tuple[Route | Alias, ...] = (
         (RerankRequest, TeiRerankRequest),
         (RerankResponse, list[TeiRank]),
         "Rank documents against a query (Cohere, Jina and vLLM's body; TEI's with texts).",
-        api="Rerank",
+        api=RERANK_API,
     ),
     Alias("/v1/rerank", to="/rerank"),
     Alias("/v2/rerank", to="/rerank", deprecated=False),  # what Cohere's current SDK (ClientV2.rerank) calls
@@ -58,7 +58,7 @@ ROUTES: tuple[Route | Alias, ...] = (
         GenerativeScoringRequest,
         GenerativeScoringResponse,
         "Next-token probabilities of label tokens after query + item.",
-        api="Generative Scoring",
+        api=GENERATIVE_API,
     ),
     Route(
         "POST",

@@ -9,6 +9,7 @@ from scorekit.api.state import ServerState
 from scorekit.http import Request, bad_request
 from scorekit.schemas import ScoreData, ScoreRequest, ScoreResponse, TextSide, Usage
 
+SCORE_API = "Score"  # what an error calls this endpoint ("the model does not support the Score API")
 SPELLINGS = (("queries", "documents"), ("queries", "items"), ("data_1", "data_2"), ("text_1", "text_2"))
 _SIDE_FIELDS = ("queries", "documents", "items", "data_1", "data_2", "text_1", "text_2")
 

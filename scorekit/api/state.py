@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from scorekit.api.decoding import DecodeBudget
 from scorekit.http import HTTPError
 from scorekit.load import LoadCounter
 from scorekit.metrics import Metrics
@@ -21,6 +22,7 @@ class ServerState:
     draining: bool = False
     openapi: bytes = b"{}"
     started_at: int = field(default_factory=lambda: int(time.time()))
+    decoding: DecodeBudget = field(default_factory=DecodeBudget)  # the bytes of bodies being decoded at once
 
 
 def shutting_down(message: str = "The server is shutting down.") -> HTTPError:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
@@ -29,19 +30,58 @@ _NO_LIMIT = 10**12
 
 @dataclass(frozen=True, slots=True)
 class Source:
-    """Where a model's files live: a local folder is read offline, anything else is a hub name."""
+    """Where a model's files live: a local folder is read offline, anything else is a hub name.
+
+    A hub name is read from the local Hugging Face cache alone while the hub cannot be reached (or
+    ``HF_HUB_OFFLINE`` is set), so that no file waits out the hub client's retries (five, about 30 s a file); a
+    name that is not in the cache either is refused as the Source is made, in one line, with no hub call beyond
+    the one quick check of whether the hub answers.
+    """
 
     name: str
     subfolder: str = ""
     trust_remote_code: bool = False  # run the model's own Python code (its config names it), as transformers asks
 
+    def __post_init__(self) -> None:
+        if self.is_local or (unreachable := Source.hub_unreachable()) is None or self._in_cache():
+            return
+        raise ValueError(f"Model {self.name!r} is not a folder nor in the local Hugging Face cache, and {unreachable}.")
+
     @property
     def is_local(self) -> bool:
         return Path(self.name).is_dir()
 
+    @staticmethod
+    @functools.cache
+    def hub_unreachable() -> str | None:
+        """Why the hub cannot be reached, as the end of a sentence, or None when it answers. Asked once a process:
+        one request to ``HF_ENDPOINT`` with a short timeout and no retries (any answer will do, even an error)."""
+        from huggingface_hub import constants, get_session
+
+        if constants.is_offline_mode():
+            return "HF_HUB_OFFLINE is set, so the hub is not asked"
+        try:
+            get_session().head(constants.ENDPOINT, timeout=5.0)
+        except Exception:  # whatever the HTTP client raises: no connection, no name, no answer in time
+            return f"the hub cannot be reached at {constants.ENDPOINT}"
+        return None
+
+    def _in_cache(self) -> bool:
+        from huggingface_hub import try_to_load_from_cache
+
+        prefix = f"{self.subfolder}/" if self.subfolder else ""
+        for filename in ("config.json", "modules.json"):
+            try:
+                if isinstance(try_to_load_from_cache(self.name, prefix + filename), str):
+                    return True
+            except Exception:  # a name the hub would refuse is in no cache
+                return False
+        return False
+
     def kwargs(self) -> dict[str, Any]:
-        """The location arguments every ``from_pretrained`` call takes."""
-        return {"local_files_only": self.is_local, "subfolder": self.subfolder}
+        """The location arguments every ``from_pretrained`` call takes (see the class's docstring)."""
+        local = self.is_local or Source.hub_unreachable() is not None
+        return {"local_files_only": local, "subfolder": self.subfolder}
 
     def pretrained_kwargs(self) -> dict[str, Any]:
         """What every ``from_pretrained`` call takes: the location, and whether the model's own code may run."""

@@ -94,8 +94,9 @@ def test_operator_metrics_count_every_request_once(monkeypatch: pytest.MonkeyPat
         return _value(after, name, **labels) - _value(before, name, **labels)
 
     # Tokenized: the 3 scores, both leavers, the waiting rerank, the refused one (refused at the queue,
-    # after tokenizing) and the failing one; the too-long and too-many ones were refused while tokenizing.
-    assert delta("scorekit_tokenize_duration_seconds_count", model=MODEL) == 8
+    # after tokenizing), the failing one, and the too-long one, refused while tokenizing: its tokenizing
+    # time is what it cost, recorded like any other; the too-many one was refused before any.
+    assert delta("scorekit_tokenize_duration_seconds_count", model=MODEL) == 9
     assert delta("scorekit_tokenize_duration_seconds_sum", model=MODEL) > 0
     # Started running: the 3 scores, the one that left running, the waiting rerank and the failing one.
     assert delta("scorekit_queue_duration_seconds_count", model=MODEL) == 6
