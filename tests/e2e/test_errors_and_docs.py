@@ -203,3 +203,12 @@ def test_invariants_doc_names_real_tests() -> None:
     for module, test in named:
         source = (ROOT / "tests" / "property" / module).read_text(encoding="utf-8")
         assert re.search(rf"^def {test}\(", source, flags=re.MULTILINE), f"{module}::{test}"
+    # The server's (S) and the engine's (E) rules name their tests by their folder under tests/.
+    for family in ("S", "E"):
+        numbers = re.findall(rf"^\| {family}(\d+) \|", text, flags=re.MULTILINE)
+        assert numbers == [str(i) for i in range(1, len(numbers) + 1)] and numbers, family
+    elsewhere = re.findall(r"`(\w+/test_\w+\.py)::(test_\w+)`", text)
+    assert len(elsewhere) >= 20
+    for path, test in elsewhere:
+        source = (ROOT / "tests" / path).read_text(encoding="utf-8")
+        assert re.search(rf"^(async )?def {test}\(", source, flags=re.MULTILINE), f"{path}::{test}"

@@ -29,6 +29,7 @@ from scorekit.load import LoadCounter
 from scorekit.metrics import Metrics
 from scorekit.models.base import Checkpoint, Encoded, Plan, token_array
 from scorekit.settings import EngineConfig
+from tests.unit.test_batching import Silent
 
 WAIT = 30.0  # seconds; only a hang reaches it
 MODEL_ERROR, DEATH, HELD = 13, 99, 7  # input lengths the backend treats specially
@@ -74,16 +75,6 @@ def plan(*lengths: int, refuse: bool = False) -> Plan[list[float]]:
         return f"inputs[{index}]"
 
     return Plan(len(lengths), sum(lengths), encode, finish, param_of)
-
-
-class Silent:
-    def batch(self, size: int, tokens: int, seconds: float) -> None: ...
-    def dropped(self, items: int) -> None: ...
-    def tokenized(self, seconds: float) -> None: ...
-    def waited(self, seconds: float) -> None: ...
-    def rejected(self, reason: str) -> None: ...
-    def cancelled(self, stage: str) -> None: ...
-    def failed(self, reason: str) -> None: ...
 
 
 def engine_with(backend: Backend, observer: object, **limits: int) -> Engine:
