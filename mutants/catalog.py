@@ -1019,6 +1019,28 @@ MUTANTS: tuple[Mutant, ...] = (
         "",
         ("tests/models/test_tokens.py::test_a_capped_text_keeps_the_tokens_of_its_kept_end",),
     ),
+    Mutant(
+        "T07",
+        "scorekit/models/llm_reranker.py",
+        "an LLM reranker joins the whole of a truncated long query into every document's prompt",
+        "if options.chunking is not None or request_limits.keep is not None:",
+        "if options.chunking is not None:",
+        (
+            "tests/models/test_llm_reranker.py::"
+            "test_a_long_query_is_read_only_as_deep_as_its_prompts_keep_and_they_are_the_same",
+        ),
+    ),
+    Mutant(
+        "T08",
+        "scorekit/models/llm_reranker.py",
+        "with windows, an LLM reranker joins a query longer than the model into every prompt before refusing it",
+        "                if options.chunking is not None and not all(whole for _, whole in shortened):",
+        "                if False:",
+        (
+            "tests/models/test_llm_reranker.py::"
+            "test_with_windows_a_query_longer_than_the_model_is_refused_without_reading_it_all",
+        ),
+    ),
     # (end of T)
     # -- the smaller findings: metrics, errors, memory of bodies being decoded (F) -----------------------
     Mutant(

@@ -63,12 +63,16 @@ class NoRoomForDocument(InputTooLong):
 
     part = 0
 
-    def __init__(self, index: int, length: int | None, specials: int, maximum: int, *, name: str | None = None):
+    def __init__(
+        self, index: int, length: int | None, specials: int | None, maximum: int, *, name: str | None = None
+    ) -> None:
+        """``specials``: the special tokens a pair adds, or None for an LLM reranker's prompt around the query."""
         self.specials = specials
         super().__init__(index, length, maximum, name=name)
         size = f"{length} tokens" if length is not None else f"more than {maximum} tokens"
+        beside = "the reranker's prompt" if specials is None else f"the model's {specials} special tokens"
         self.message = (
-            f"{name or f'Input {index}'} has {size}, which with the model's {specials} special tokens leaves no "
+            f"{name or f'Input {index}'} has {size}, which with {beside} leaves no "
             f"room for a document token in its maximum length of {maximum} tokens. "
             "Shorten the query, or cut it with max_tokens_per_query."
         )

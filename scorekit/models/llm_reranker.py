@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 
-from scorekit.errors import InputTooLong, InvalidRequest
+from scorekit.errors import InputTooLong, InvalidRequest, NoRoomForDocument
 from scorekit.tasks import PairOptions, PairScores, ParamOf
 
 from .base import Checkpoint, Encoded, Limits, ModelKind, Plan, SharedPrefix, token_array
@@ -96,6 +96,14 @@ class LLMRerankerBackend:
                 check_chars(zip(map(len, firsts), map(len, seconds), strict=True), request_limits)
             queries = cut_texts(self._tokens, firsts, options.query_tokens, meter)
             documents = cut_texts(self._tokens, seconds, options.document_tokens, meter)
+            if options.chunking is not None or request_limits.keep is not None:
+                # A query keeps at most the model's length of its tokens (or, with windows, must fit whole): it is
+                # read only that deep, before it is copied into a prompt per document.
+                shortened = self._tokens.shortened(queries, meter, cap=self.max_length + 2, side=request_limits.side)
+                if options.chunking is not None and not all(whole for _, whole in shortened):
+                    index = next(i for i, (_, whole) in enumerate(shortened) if not whole)
+                    raise NoRoomForDocument(index, None, None, self.max_length)
+                queries = [query for query, _ in shortened]
             prompts = self._prompts(queries, documents, options.instruction, meter)
             encoded: list[Encoded] = []
             for index, prompt in enumerate(prompts):

@@ -95,13 +95,14 @@ class Meter:
 class Tokens:
     """A text's content tokens (no special tokens). ``ids`` holds all of them, or, when the text was capped,
     its first (``head``) or last tokens; ``count`` is how many the text has, or, when capped, more than any
-    budget it is compared with (``complete`` False). ``starts``/``ends`` are each kept token's characters in
-    the text, when asked for."""
+    budget it is compared with (``complete`` False), and ``span`` the characters they were read from.
+    ``starts``/``ends`` are each kept token's characters in the text, when asked for."""
 
     ids: array[int]
     count: int
     complete: bool = True
     head: bool = True
+    span: tuple[int, int] = (0, 0)  # the characters of the text its tokens were read from (all, when complete)
     starts: array[int] = field(default_factory=lambda: array("q"))
     ends: array[int] = field(default_factory=lambda: array("q"))
 
@@ -205,7 +206,7 @@ class TextTokenizer:
             meter.spend(sum(len(texts[i]) for i in group))
             encodings = self._backend.encode_batch([texts[i] for i in group], add_special_tokens=False)
             for i, encoding in zip(group, encodings, strict=True):
-                found[i] = _whole(encoding, offsets)
+                found[i] = _whole(encoding, len(texts[i]), offsets)
         for i, text in enumerate(texts):
             if found[i] is None:
                 found[i] = self._long(text, meter, cap, side == "right", offsets)
@@ -238,7 +239,9 @@ class TextTokenizer:
         complete = place == len(pieces)
         if not head:
             gathered.reverse()
-        tokens = Tokens(array("i"), count, complete, head)
+        last = pieces[place - 1]  # the gathered piece farthest from the end read from
+        span = (0, last[1]) if head else (last[0], len(text))
+        tokens = Tokens(array("i"), count, complete, head, span)
         for low, encoding in gathered:
             meter.spend(len(encoding.ids))
             tokens.ids.extend(encoding.ids)
@@ -248,8 +251,22 @@ class TextTokenizer:
                     tokens.ends.append(low + end)
         return tokens
 
-    def content_one(self, text: str, meter: Meter, *, offsets: bool = False) -> Tokens:
-        return self.content([text], meter, offsets=offsets)[0]
+    def shortened(self, texts: Sequence[str], meter: Meter, *, cap: int, side: Side) -> list[tuple[str, bool]]:
+        """Each text, and whether it is whole: a text of more than ``cap`` tokens is cut, at whitespace, to the
+        pieces that hold its first ``cap`` tokens (or, for the "left" side, its last), its other end's
+        whitespace stripped. For a backend that tokenizes a text inside a prompt of its own (an LLM reranker)
+        and keeps fewer than ``cap`` - 1 of its tokens from that end: the tokens it keeps are the same, and a
+        long text is read only that deep. Each distinct text is read once."""
+        distinct = list(dict.fromkeys(texts))
+        found = self.content(distinct, meter, cap=cap, side=side)
+        cut = {}
+        for text, tokens in zip(distinct, found, strict=True):
+            low, high = tokens.span
+            part = text[low:high]
+            cut[text] = (
+                (text, True) if tokens.complete else (part.rstrip() if side == "right" else part.lstrip(), False)
+            )
+        return [cut[text] for text in texts]
 
 
 def piece_ranges(text: str, size: int) -> list[tuple[int, int]]:
@@ -287,8 +304,8 @@ def _groups(places: Sequence[int], texts: Sequence[str]) -> Iterator[list[int]]:
         yield group
 
 
-def _whole(encoding: Encoding, offsets: bool) -> Tokens:
-    tokens = Tokens(array("i", encoding.ids), len(encoding.ids))
+def _whole(encoding: Encoding, length: int, offsets: bool) -> Tokens:
+    tokens = Tokens(array("i", encoding.ids), len(encoding.ids), span=(0, length))
     if offsets:
         for start, end in encoding.offsets:
             tokens.starts.append(start)

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from scorekit.models import LLMRerankerBackend, detect_kind, load_backend
+from scorekit.errors import NoRoomForDocument
+from scorekit.models import LLMRerankerBackend, detect_kind, load_backend, tokens
 from scorekit.models.base import Encoded, no_checkpoint
 from scorekit.models.rerank_template import QWEN3_RERANKER, TEMPLATE_FILE
-from scorekit.tasks import PairOptions
+from scorekit.tasks import Chunking, PairOptions
 from tests.tiny_models import build_causal_lm, build_gemma_reranker, build_qwen3_reranker
 
 QUERY = "What is the capital of France?"
@@ -135,3 +136,54 @@ def test_a_template_for_another_kind_is_refused(tmp_path: Path) -> None:
     folder = build_causal_lm(tmp_path / "llama")
     with pytest.raises(ValueError, match="give --model-kind llm-reranker"):
         load_backend(str(folder), reranker_template="qwen3-reranker")
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_a_long_query_is_read_only_as_deep_as_its_prompts_keep_and_they_are_the_same(
+    backend: LLMRerankerBackend, monkeypatch: pytest.MonkeyPatch, side: str
+) -> None:
+    """With truncation, a query of far more tokens than the model takes is cut at whitespace to the pieces that
+    hold what a prompt can keep of it before it is joined into each document's prompt: the prompts equal
+    those of the whole query (read whole when no text counts as long), and far less of it is read."""
+    query = " ".join(f"Where is place number {i} of France, and why?" for i in range(4_000))  # ~200 KB
+    options = PairOptions(truncate=-1, side="right" if side == "right" else "left")
+
+    def encoded() -> tuple[list[Encoded], int]:
+        work = 0
+
+        def count(units: int) -> None:
+            nonlocal work
+            work += units
+
+        plan = backend.plan_pairs([query], DOCS[:4], options, lambda part, i: f"{part}:{i}")
+        return plan.encode(count), work
+
+    shortened, read = encoded()
+    monkeypatch.setattr(tokens, "PIECE_CHARS", 10**9)  # every text counts as short: tokenized whole
+    whole, read_whole = encoded()
+    assert [item.input_ids for item in shortened] == [item.input_ids for item in whole]
+    assert all(item.truncated for item in shortened)
+    assert read * 10 < read_whole
+
+
+def test_with_windows_a_query_longer_than_the_model_is_refused_without_reading_it_all(
+    backend: LLMRerankerBackend,
+) -> None:
+    query = "why " * 200_000
+    plan = backend.plan_pairs(
+        [query], DOCS[:2], PairOptions(chunking=Chunking(max_chunks=4, overlap=0)), lambda part, i: f"{part}:{i}"
+    )
+    work = 0
+
+    def count(units: int) -> None:
+        nonlocal work
+        work += units
+
+    with pytest.raises(NoRoomForDocument) as refused:
+        plan.encode(count)
+    assert (
+        refused.value.index == 0
+        and "more than" in refused.value.message
+        and "reranker's prompt" in refused.value.message
+    )
+    assert work < len(query) / 10
