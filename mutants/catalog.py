@@ -1041,6 +1041,14 @@ MUTANTS: tuple[Mutant, ...] = (
             "test_with_windows_a_query_longer_than_the_model_is_refused_without_reading_it_all",
         ),
     ),
+    Mutant(
+        "T09",
+        "scorekit/models/causal_lm.py",
+        "a causal LM tokenizes a long query (or item) whole, though a prompt keeps only the model's length of it",
+        "read = self._tokens.content(texts, meter, cap=self.max_length)",
+        "read = self._tokens.content(texts, meter)",
+        ("tests/models/test_backends.py::test_causal_lm_reads_a_long_query_only_as_deep_as_a_prompt_keeps",),
+    ),
     # (end of T)
     # -- the smaller findings: metrics, errors, memory of bodies being decoded (F) -----------------------
     Mutant(

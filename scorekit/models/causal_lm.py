@@ -15,7 +15,9 @@ from scorekit.tasks import LabelQuery, LabelScores
 
 from .base import Checkpoint, Encoded, ModelKind, Plan, no_checkpoint, token_array
 from .loading import Source, load_model, load_tokenizer, pad_batch, pad_token_id, read_max_length
-from .tokens import Meter, TextTokenizer
+from .tokens import Meter, Part, TextTokenizer
+
+_NO_SPECIALS = Part(token_array(()), token_array(()))
 
 # The first transformers whose models take logits_to_keep as one position per row (a (batch, 1) tensor).
 PER_ROW_LOGITS = Version("5.21")
@@ -37,6 +39,10 @@ class CausalLMBackend:
             )
         self._tokenizer = load_tokenizer(source)
         self._tokens = TextTokenizer(self._tokenizer, joins=False)  # a prompt is its texts end to end
+        try:  # the special tokens a query gets with add_special_tokens, placed around only what a prompt keeps
+            self._specials: tuple[Part, Part] | None = self._tokens.read_template().single
+        except ValueError:
+            self._specials = None  # such a query is tokenized whole, with the tokenizer's own special tokens
         model = load_model(AutoModelForCausalLM, source, device, dtype, self.kind)
         # forward asks the model for the logits at one position per row, not the whole sequence.
         if "logits_to_keep" not in inspect.signature(model.forward).parameters:
@@ -167,13 +173,21 @@ class CausalLMBackend:
         name: Callable[[int], str],
         meter: Meter,
     ) -> list[list[int]]:
-        """Tokenize the strings; check the id lists, since an id past the vocabulary would crash the model."""
+        """Tokenize the strings, each only as deep as a prompt can keep of it (the model's length: a longer one
+        is still longer than any prompt, which is all its length is compared with); check the id lists, since
+        an id past the vocabulary would crash the model."""
         texts = [value for value in values if isinstance(value, str)]
-        encodings = iter(self._tokens.encodings(texts, meter, special_tokens=add_special_tokens))
+        if add_special_tokens and self._specials is None:
+            whole = self._tokens.encodings(texts, meter, special_tokens=True)
+            found = iter([list(encoding.ids) for encoding in whole])
+        else:
+            before, after = self._specials if add_special_tokens and self._specials else (_NO_SPECIALS, _NO_SPECIALS)
+            read = self._tokens.content(texts, meter, cap=self.max_length)
+            found = iter([[*before.ids, *tokens.ids, *after.ids] for tokens in read])
         token_ids = []
         for index, value in enumerate(values):
             if isinstance(value, str):
-                token_ids.append(list(next(encodings).ids))
+                token_ids.append(next(found))
                 continue
             for token_id in value:
                 if not 0 <= token_id < self.vocab_size:

@@ -138,7 +138,7 @@ class LLMRerankerBackend:
         joining is counted as work, so a long query's prompts are checkpointed by their tokens."""
         filled = [self.template.fill(q, d, instruction) for q, d in zip(queries, documents, strict=True)]
         distinct = list(dict.fromkeys(text for segments in filled for text, _ in segments))
-        encodings = dict(zip(distinct, self._tokens.encodings(distinct, meter), strict=True))
+        found = dict(zip(distinct, self._tokens.content(distinct, meter, offsets=True), strict=True))
         start = [self._tokenizer.bos_token_id] if self.template.bos else []
         prompts = []
         for segments in filled:
@@ -146,9 +146,9 @@ class LLMRerankerBackend:
             spans: dict[str, tuple[int, int]] = {}
             offsets: list[tuple[int, int]] = []
             for text, slots in segments:
-                encoding = encodings[text]
-                meter.spend(len(encoding))
-                places = encoding.offsets  # a fresh list on every read of the attribute: read it once
+                tokens = found[text]
+                meter.spend(tokens.count)
+                places = list(zip(tokens.starts, tokens.ends, strict=True))
                 for slot in ("query", "document"):
                     if slot in slots:
                         low, high = slots[slot]
@@ -157,7 +157,7 @@ class LLMRerankerBackend:
                         spans[slot] = (len(ids) + first, len(ids) + first + len(inside))
                         if slot == "document":
                             offsets = [(max(places[i][0] - low, 0), min(places[i][1], high) - low) for i in inside]
-                ids += encoding.ids
+                ids += tokens.ids
             prompts.append(_Prompt(ids, spans["document"], spans["query"], offsets))
         return prompts
 

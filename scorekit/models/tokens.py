@@ -177,7 +177,11 @@ class TextTokenizer:
         self.with_types = "token_type_ids" in tokenizer.model_input_names
         self.cuts_pieces = _pieces_tokenize_alike(self._backend)
         if joins:
-            self.template = _read_template(self._backend)
+            self.template = self.read_template()
+
+    def read_template(self) -> Template:
+        """The special tokens the tokenizer's post-processor adds (ValueError when they cannot be placed)."""
+        return _read_template(self._backend)
 
     def encodings(self, texts: Sequence[str], meter: Meter, *, special_tokens: bool = False) -> list[Encoding]:
         """Each text's whole encoding, with its offsets (for a backend that locates its own segments), short

@@ -192,6 +192,34 @@ def test_causal_lm_keeps_the_first_max_length_minus_one_tokens(causal_lm: Causal
     assert len(causal_lm.forward([prompt])[0]) == 1
 
 
+@pytest.mark.parametrize("item_first", [False, True])
+@pytest.mark.parametrize("add_special_tokens", [True, False])
+def test_causal_lm_reads_a_long_query_only_as_deep_as_a_prompt_keeps(
+    causal_lm: CausalLMBackend, monkeypatch: pytest.MonkeyPatch, item_first: bool, add_special_tokens: bool
+) -> None:
+    """The prompts of a ~400 KB query and item equal those built from the whole texts (every text counted as
+    short), with a small part of the work."""
+    query, item = LONG * 200, "an item " * 20_000
+
+    def prompts() -> tuple[list[Encoded], int]:
+        work = 0
+
+        def count(units: int) -> None:
+            nonlocal work
+            work += units
+
+        encoded = causal_lm.encode_prompts(
+            query, [item, "short"], [1], item_first=item_first, add_special_tokens=add_special_tokens, checkpoint=count
+        )
+        return encoded, work
+
+    read, work = prompts()
+    monkeypatch.setattr(tokens, "PIECE_CHARS", 10**9)
+    whole, whole_work = prompts()
+    assert read == whole and all(prompt.truncated for prompt in read)
+    assert work * 10 < whole_work
+
+
 def test_causal_lm_label_checks(causal_lm: CausalLMBackend) -> None:
     with pytest.raises(ValueError, match=r"^label_token_ids must contain at least one token ID\.$"):
         causal_lm.check_labels([])
