@@ -34,6 +34,7 @@ _LOAD = "tests/property/test_load.py::"
 _REENTRY = "tests/property/test_reentry.py::"
 _RESPONSE = "tests/property/test_response.py::"
 _REGRESSIONS = "tests/property/test_regressions.py::"
+_PINS = "tests/property/test_mutant_pins.py::"
 _BATCHING = "tests/unit/test_batching.py"
 _WORKER = "tests/unit/test_worker.py"
 _WORKER_DEATH = "tests/unit/test_worker_death.py"
@@ -105,7 +106,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "the disconnect answer no longer lets a pending cancellation land first (flavours disagree)",
         '                    await anyio.lowlevel.checkpoint()\n                return {"type": "http.disconnect"}',
         '                    pass\n                return {"type": "http.disconnect"}',
-        (_REGRESSIONS + "test_Q12_disconnect_seen_alike_with_two_readers",),
+        (
+            _PINS + "test_Q12_a_single_reader_learns_its_client_left_alike_on_every_server",
+            _REGRESSIONS + "test_Q12_disconnect_seen_alike_with_two_readers",
+        ),
     ),
     Mutant(
         "L09",
@@ -126,18 +130,26 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "L11",
         LIFECYCLE,
-        "receive() does not start the pump: with Expect: 100-continue the body is never read",
+        "receive() does not start the pump: with Expect: 100-continue nothing reads after the app, so a client "
+        "that leaves while the app works on the body cancels nothing",
         "        self._app_asked = True\n        self._start_pump()\n",
         "        self._app_asked = True\n",
-        (_QUEUE + "test_Q14_expect_continue_waits_for_app",),
+        (
+            _PINS + "test_C1_expect_continue_request_is_cancelled_when_its_client_leaves",
+            _QUEUE + "test_Q14_expect_continue_waits_for_app",
+        ),
     ),
     Mutant(
         "L12",
         LIFECYCLE,
-        "taking a chunk does not wake the pump: a reader waiting for room waits for ever",
+        "taking a chunk does not wake the pump: a pump waiting for room waits for ever, and an app that took the "
+        "chunk read ahead and works on it is never cancelled",
         '                self.buffered_bytes -= len(message["body"])\n                self._notify()\n',
         '                self.buffered_bytes -= len(message["body"])\n',
-        (_QUEUE + "test_Q11_buffer_bounded",),
+        (
+            _PINS + "test_C10_an_app_that_takes_the_chunk_read_ahead_is_cancelled_when_its_client_leaves",
+            _QUEUE + "test_Q11_buffer_bounded",
+        ),
     ),
     Mutant(
         "L13",
@@ -222,8 +234,45 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "L23",
         LIFECYCLE,
-        "a buffered chunk wakes nobody",
-        "            self.buffered_bytes += len(body)\n        self._notify()\n",
+        # Removing _buffer_chunk's own _notify() alone is an equivalent mutant: _read's finally has just woken
+        # everyone and nothing can wait in between (no await). So the reader's wake-up goes too, kept only for a
+        # reader that leaves with nothing (Q17's case): what the pump reads then wakes nobody.
+        "a chunk read from the server wakes nobody: the reader wakes the waiters only when it leaves with nothing, "
+        "and buffering wakes no one, so an app task waiting behind the pump sleeps on",
+        "        finally:\n"
+        "            self._reading = False\n"
+        "            self._notify()\n"
+        '        kind = message.get("type")\n'
+        '        if kind == "http.disconnect":\n'
+        "            self._mark_gone(cancel=True)\n"
+        '        elif kind == "http.request" and not self.body_complete:\n'
+        "            self._buffer_chunk(message)\n"
+        "\n"
+        "    def _buffer_chunk(self, message: Message) -> None:\n"
+        '        body: bytes = message.get("body", b"")\n'
+        '        more_body = bool(message.get("more_body", False))\n'
+        "        self.body_complete = not more_body\n"
+        "        if body or not more_body:\n"
+        '            self._buffer.append({"type": "http.request", "body": body, "more_body": more_body})\n'
+        "            self.buffered_bytes += len(body)\n"
+        "        self._notify()\n",
+        "        except BaseException:\n"
+        "            self._notify()\n"
+        "            raise\n"
+        "        finally:\n"
+        "            self._reading = False\n"
+        '        kind = message.get("type")\n'
+        '        if kind == "http.disconnect":\n'
+        "            self._mark_gone(cancel=True)\n"
+        '        elif kind == "http.request" and not self.body_complete:\n'
+        "            self._buffer_chunk(message)\n"
+        "\n"
+        "    def _buffer_chunk(self, message: Message) -> None:\n"
+        '        body: bytes = message.get("body", b"")\n'
+        '        more_body = bool(message.get("more_body", False))\n'
+        "        self.body_complete = not more_body\n"
+        "        if body or not more_body:\n"
+        '            self._buffer.append({"type": "http.request", "body": body, "more_body": more_body})\n'
         "            self.buffered_bytes += len(body)\n",
         (_QUEUE + "test_Q3_body_is_prefix", _QUEUE + "test_Q6_single_terminator"),
     ),
@@ -250,7 +299,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "a disconnect cancels the app although cancel_on_disconnect is off",
         "if cancel and self.cancel_on_disconnect:",
         "if cancel:",
-        (_QUEUE + "test_Q7_disconnect_stays", _QUEUE + "test_Q8_disconnect_wakes_every_waiter"),
+        (
+            _PINS + "test_C12_without_cancel_on_disconnect_a_client_that_leaves_cancels_nothing",
+            _QUEUE + "test_Q7_disconnect_stays",
+            _QUEUE + "test_Q8_disconnect_wakes_every_waiter",
+        ),
     ),
     Mutant(
         "L27",
@@ -263,10 +316,15 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "L28",
         LIFECYCLE,
-        "a disconnect wakes nobody: app tasks waiting in receive() sleep on",
+        "marking the client gone wakes nobody: after a send error, tasks waiting in wait_disconnect() or in "
+        "receive() behind the reader sleep on (a disconnect read from the server still wakes them: _read's finally)",
         "                self.app_scope.cancel()\n        self._notify()\n",
         "                self.app_scope.cancel()\n",
-        (_QUEUE + "test_Q8_disconnect_wakes_every_waiter", _QUEUE + "test_Q7_disconnect_stays"),
+        (
+            _PINS + "test_C7_a_send_error_wakes_the_tasks_already_waiting_for_the_disconnect",
+            _QUEUE + "test_Q8_disconnect_wakes_every_waiter",
+            _QUEUE + "test_Q7_disconnect_stays",
+        ),
     ),
     Mutant(
         "L29",

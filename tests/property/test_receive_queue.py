@@ -77,6 +77,9 @@ def test_Q2_no_receive_after_disconnect(flavor: Flavor, backend: Backend, scenar
 @each_backend
 @PROPERTY
 @given(scenario=scenarios(stray=True))
+@example(  # the pump reads the terminator while the pausing reader waits behind it: reading must wake it (L23)
+    scenario=Scenario(ClientScript(chunks=(b"x",), delays=(0, 2)), AppBehaviour("lazy", ticks=1)),
+)
 def test_Q3_body_is_prefix(flavor: Flavor, backend: Backend, scenario: Scenario) -> None:
     """The body the app got is a prefix of what the client sent, and all of it once the app saw the end."""
     outcome = run(backend, run_mw, scenario, flavor)
