@@ -189,7 +189,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "the pump checks for room once instead of until there is room",
         "            while self._reading or not self._may_read_ahead():\n                await self._event().wait()",
         "            if self._reading or not self._may_read_ahead():\n                await self._event().wait()",
-        (_QUEUE + "test_Q11_buffer_bounded",),
+        (
+            _PINS + "test_Q11_taking_a_chunk_that_leaves_the_buffer_full_lets_the_pump_read_nothing",
+            _QUEUE + "test_Q11_buffer_bounded",
+        ),
     ),
     Mutant(
         "L18",
@@ -356,7 +359,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "a pump made each time the app asks: the extra pumps outlive the request",
         "        if self._pump_started:\n            return\n",
         "",
-        (_CANCEL + "test_C3_no_orphan_tasks", _QUEUE + "test_Q1_single_server_waiter"),
+        (
+            _PINS + "test_C3_an_app_that_answers_before_the_end_of_the_body_leaves_no_pump_behind",
+            _CANCEL + "test_C3_no_orphan_tasks",
+            _QUEUE + "test_Q1_single_server_waiter",
+        ),
     ),
     # -- the lifecycle: response completion -----------------------------------------------------------
     # The rule is scorekit.asgi.completes_response, which the fake servers share: P1 checks the middleware's

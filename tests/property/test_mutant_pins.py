@@ -1,4 +1,5 @@
-"""Scripted scenarios that pin lifecycle rules which the redesign left to chance (mutants L08, L11, L12, L26, L28).
+"""Scripted scenarios that pin lifecycle rules which the redesign left to chance (mutants L08, L11, L12, L17, L26, L28,
+L32).
 
 Since the lifecycle lets an app task read the server's ``receive`` inline when nothing is buffered and nobody
 reads, and starts the pump on asyncio only at the app's first wait, the property tests these mutants named
@@ -6,6 +7,9 @@ no longer reach the lines they break: a single reader reads everything itself, s
 pump, a missing pump, or a cancellation that lands late changes nothing they look at. Each test here builds
 the one situation where the line matters, deterministically, on every fake server flavour and both anyio
 backends, and is named after the invariant of docs/invariants.md it pins. No wall-clock time: ticks only.
+L17 and L32 were caught only when Hypothesis drew a buffer that the pump fills to its cap (Q11's explicit
+example no longer did: an inline reader takes each message as it comes, so the buffer stays empty) or a pump
+left parked when the app answers (C3); their scenarios below build those on purpose.
 """
 
 from __future__ import annotations
@@ -15,9 +19,9 @@ import anyio.lowlevel
 import pytest
 
 from scorekit.asgi import Message, Receive, Scope, Send
-from scorekit.lifecycle import LifecycleMiddleware, lifecycle_of
+from scorekit.lifecycle import Lifecycle, LifecycleMiddleware, lifecycle_of
 from scorekit.testing import FLAVORS, AppBehaviour, Backend, ClientScript, Flavor, Scenario, make_server, run_script
-from scorekit.testing.apps import AppRecorder, is_final, respond, send_start, ticks
+from scorekit.testing.apps import AppObservation, AppRecorder, is_final, respond, send_start, ticks
 from scorekit.testing.audit import Audit
 from scorekit.testing.servers import ClientDisconnectedError
 
@@ -319,3 +323,153 @@ def test_C7_a_send_error_wakes_the_tasks_already_waiting_for_the_disconnect(flav
     waiting_behind = [consumer for consumer in (0, 1) if app.readers[consumer] != app.inside_at_error]
     assert app.inside_at_error is not None and waiting_behind
     assert all(app.told.get(consumer) for consumer in waiting_behind), app.told
+
+
+# -- Q11 (L17): a chunk taken that leaves the buffer at its cap does not let the pump read ------------------
+
+
+class RoomWatch:
+    """Wraps the server's receive: the buffer's fill each time the middleware calls it before the body is
+    complete. The pump reads only into room: a read begun while the buffer holds the cap leaves it at the cap
+    plus a whole message or more, which Q11's bound (below the cap plus one server message) excludes. Checking
+    at the call catches it whatever the size of the message, and even if none comes."""
+
+    def __init__(self, receive: Receive, cap: int) -> None:
+        self._receive = receive
+        self.cap = cap
+        self.lifecycle: Lifecycle | None = None
+        self.calls_without_room: list[int] = []
+
+    async def __call__(self) -> Message:
+        lifecycle = self.lifecycle
+        if lifecycle is not None and not lifecycle.body_complete and lifecycle.buffered_bytes >= self.cap:
+            self.calls_without_room.append(lifecycle.buffered_bytes)
+        return await self._receive()
+
+
+class TakesOneFromAFullBuffer:
+    """Reads the first message, then stops reading until the pump has filled the buffer to its cap; takes one
+    message from it (a small one: what is left still fills the cap), works ``K_TICKS`` without reading, then
+    reads the rest and answers."""
+
+    def __init__(self, audit: Audit, watch: RoomWatch) -> None:
+        self.recorder = AppRecorder(audit)
+        self.watch = watch
+        self.taken: bytes | None = None
+        self.left_after_taking: int | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        lifecycle = lifecycle_of(scope)
+        assert lifecycle is not None
+        self.watch.lifecycle = lifecycle
+        await self.recorder.receive(receive)  # the app has asked: the pump may read ahead up to the cap
+        for _ in range(SHORT_RUN):
+            if lifecycle.buffered_bytes >= self.watch.cap:
+                break
+            await anyio.lowlevel.checkpoint()
+        assert lifecycle.buffered_bytes >= self.watch.cap, "the pump never filled the buffer to its cap"
+        self.taken = (await self.recorder.receive(receive))["body"]
+        self.left_after_taking = lifecycle.buffered_bytes
+        await ticks(K_TICKS)  # the pump is awake now, with the buffer still at its cap
+        if await self.recorder.read_to_end(receive):
+            await respond(send, b"ok")
+
+
+@each_flavor
+@each_backend
+def test_Q11_taking_a_chunk_that_leaves_the_buffer_full_lets_the_pump_read_nothing(
+    flavor: Flavor, backend: Backend
+) -> None:
+    """After the app's first receive() the pump reads ahead until the buffer holds ``max_buffer_bytes``, then
+    waits for room (Q11). The app takes a small chunk: that wakes the pump, but what is left still fills the
+    cap, so the pump must look again and keep waiting, not read one more message. Whatever order the tasks
+    run in, the pump is parked on a full buffer when the chunk is taken and the app reads nothing more for
+    K ticks after it, so a pump that reads on without looking again always calls the server's receive into
+    a full buffer. The frames come 3 ticks apart so that the pump, waiting in the server's receive, gets each
+    alone (uvicorn merges what arrived together): it holds ``a`` and ``bbb`` when the app takes ``a``."""
+    cap = 3
+    script = ClientScript(chunks=(b"x", b"a", b"bbb", b"ccc", b"ddd"), delays=(0, 3, 3, 3, 3, 3))
+    server = make_server(flavor)
+    watch = RoomWatch(server.receive, cap)
+    app = TakesOneFromAFullBuffer(server.audit, watch)
+    middleware = LifecycleMiddleware(app, max_buffer_bytes=cap)
+
+    async def outer(scope: Scope, receive: Receive, send: Send) -> None:
+        await middleware(scope, watch, send)
+
+    outcome = run(backend, run_script, outer, script, server=server, max_ticks=SHORT_RUN)
+    assert watch.calls_without_room == [], "the pump read into a full buffer after a chunk was taken"
+    assert server.audit.max_in_flight <= 1
+    assert not outcome.hung and outcome.returned and outcome.error is None
+    assert app.taken == b"a" and app.left_after_taking == cap  # the case meant: a small chunk off a full buffer
+    assert AppObservation.from_audit(server.audit).body == script.body
+
+
+# -- C3 (L32): an app that answers without reading the rest of the body leaves no pump behind --------------
+
+
+def task_ids() -> set[int]:
+    return {task.id for task in anyio.get_running_tasks()}
+
+
+class AnswersBeforeTheEnd:
+    """Reads ``reads`` messages one by one, a tick apart (each read is a receive() call that may start the pump),
+    waits until the pump has filled the buffer to its cap, then answers without reading the rest of the body.
+    The pump is parked then on a full buffer, not inside the server's receive: only the middleware can end it."""
+
+    def __init__(self, audit: Audit, reads: int, cap: int) -> None:
+        self.recorder = AppRecorder(audit)
+        self.reads = reads
+        self.cap = cap
+        self.full = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        lifecycle = lifecycle_of(scope)
+        assert lifecycle is not None
+        for _ in range(self.reads):
+            await self.recorder.receive(receive)
+            await anyio.lowlevel.checkpoint()
+        for _ in range(SHORT_RUN):
+            if lifecycle.buffered_bytes >= self.cap:
+                break
+            await anyio.lowlevel.checkpoint()
+        self.full = lifecycle.buffered_bytes >= self.cap and not lifecycle.body_complete
+        await respond(send, b"ok")
+
+
+@each_flavor
+@each_backend
+@pytest.mark.parametrize("reads", [1, 3])
+def test_C3_an_app_that_answers_before_the_end_of_the_body_leaves_no_pump_behind(
+    flavor: Flavor, backend: Backend, reads: int
+) -> None:
+    """The app reads part of the body (one message, or three, each a receive() call) and answers while the pump,
+    which read ahead up to the cap, waits for room that will never come. When the middleware returns, the pump
+    it started has ended (C3), and in the ticks after that no task of its appears and nothing calls the
+    server's receive. On asyncio the pump is a plain task the middleware cancels and awaits itself: one made
+    per receive() call would be forgotten and wait on for ever. On trio the pump runs in the middleware's task
+    group, which ends every task in it, so there the rule holds by construction (the check is the same, and
+    scheduling order cannot change it: the pump is parked, whichever task runs first)."""
+    cap = 3
+    script = ClientScript(chunks=(b"x", b"aa", b"bb", b"cc", b"dd", b"ee"), delays=(0, 2, 2, 2, 2, 2, 2))
+    server = make_server(flavor)
+    app = AnswersBeforeTheEnd(server.audit, reads, cap)
+    middleware = LifecycleMiddleware(app, max_buffer_bytes=cap)
+    seen: dict[str, object] = {}
+
+    async def probe(scope: Scope, receive: Receive, send: Send) -> None:
+        before = task_ids()
+        try:
+            await middleware(scope, receive, send)
+        finally:
+            seen["left_at_return"] = task_ids() - before
+            calls = server.audit.receive_calls
+            await ticks(8)
+            seen["new_tasks_after"] = task_ids() - before
+            seen["calls_after"] = server.audit.receive_calls - calls
+            seen["waiting_after"] = server.audit.waiting
+
+    outcome = run(backend, run_script, probe, script, server=server, max_ticks=SHORT_RUN)
+    assert seen == {"left_at_return": set(), "new_tasks_after": set(), "calls_after": 0, "waiting_after": 0}
+    assert not outcome.hung and outcome.returned and outcome.error is None
+    assert app.full  # the case meant: the pump was parked on a full buffer when the app answered
