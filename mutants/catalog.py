@@ -1114,6 +1114,23 @@ MUTANTS: tuple[Mutant, ...] = (
         "read = self._tokens.content(texts, meter)",
         ("tests/models/test_backends.py::test_causal_lm_reads_a_long_query_only_as_deep_as_a_prompt_keeps",),
     ),
+    Mutant(
+        "T10",
+        "scorekit/models/tokens.py",
+        "a truncated pair's query is capped above the model's length only, not above the longest document: "
+        "read shorter than a long document, it loses the longest-first odd token",
+        "cap = None if limits.keep is None else max(limits.max_length, longest) + 1",
+        "cap = None if limits.keep is None else limits.max_length + 1",
+        ("tests/models/test_tokens.py::test_a_capped_query_keeps_the_longest_first_odd_token_of_the_whole",),
+    ),
+    Mutant(
+        "T11",
+        "scorekit/models/tokens.py",
+        "work that fills a step exactly is cut into two steps (the unit's boundary off by one)",
+        "if not self._started or self._pending + units > CHUNK_CHARS:",
+        "if not self._started or self._pending + units >= CHUNK_CHARS:",
+        ("tests/models/test_tokens.py::test_a_step_of_exactly_one_unit_is_one_step_and_one_more_unit_is_two",),
+    ),
     # (end of T)
     # -- the smaller findings: metrics, errors, memory of bodies being decoded (F) -----------------------
     Mutant(

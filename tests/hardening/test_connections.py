@@ -96,10 +96,10 @@ def test_a_connect_and_reset_flood_logs_a_bounded_number_of_lines(tmp_path: Path
 def test_slowloris_and_idle_connections_are_closed_after_the_header_timeout(tmp_path: Path) -> None:
     header_timeout = 2
     with scorekit_serve(tmp_path, "--header-timeout", str(header_timeout)) as (proc, live, _log):
+        started = time.monotonic()  # before any connection, so no deadline was armed before it
         with _sockets(live, 20) as slow, _sockets(live, 5) as idle:
             for sock in slow:
                 sock.sendall(b"POST /rerank HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
-            started = time.monotonic()
             cut: set[int] = set()
             # One byte per connection every half second, for at most 10x the timeout.
             while len(cut) < len(slow) and time.monotonic() - started < 10 * header_timeout:

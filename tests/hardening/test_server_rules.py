@@ -401,8 +401,8 @@ def test_a_kept_alive_connections_next_head_gets_the_header_deadline(tmp_path: P
             sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             status, headers, _ = read_response(sock)
             assert status == 200 and headers.get("connection") != "close", headers
+            started = time.monotonic()  # before the head's first byte, which arms its deadline
             sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
-            started = time.monotonic()
             closed = False
             while not closed and time.monotonic() - started < 10 * HEAD_S:  # a byte every 0.2 s, for long enough
                 time.sleep(0.2)

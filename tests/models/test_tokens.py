@@ -14,8 +14,17 @@ from tokenizers import Tokenizer, models, normalizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from scorekit.models import default_model_path
+from scorekit.models.base import Limits
 from scorekit.models.loading import Source, load_tokenizer
-from scorekit.models.tokens import PIECE_CHARS, Meter, TextTokenizer, piece_ranges
+from scorekit.models.tokens import (
+    CHUNK_CHARS,
+    PIECE_CHARS,
+    Meter,
+    TextTokenizer,
+    encode_pairs,
+    piece_ranges,
+    split_budget,
+)
 from tests.tiny_models import build_bpe_tokenizer
 
 WORDS = ["alpha", "beta,", "gamma!", "  ", "unbelievably", "42", "\n", "Ünï", "de-lta", "(x)", "\t\t", "the"]
@@ -110,3 +119,32 @@ def test_the_template_places_the_tokenizers_own_special_tokens() -> None:
 
 def _ints(ids: list[int]) -> array[int]:
     return array("i", ids)
+
+
+def test_a_step_of_exactly_one_unit_is_one_step_and_one_more_unit_is_two() -> None:
+    """The checkpoint runs before the first work and before any spend that would take a step past
+    CHUNK_CHARS: work that fills a step exactly stays in it; one unit more starts the next."""
+    steps: list[int] = []
+    meter = Meter(steps.append)
+    half = CHUNK_CHARS // 2
+    meter.spend(half)
+    meter.spend(CHUNK_CHARS - half)  # exactly one unit so far: no checkpoint
+    meter.spend(1)  # one more: the checkpoint reports the full unit
+    meter.close()
+    assert steps == [0, CHUNK_CHARS, 1]
+
+
+def test_a_capped_query_keeps_the_longest_first_odd_token_of_the_whole() -> None:
+    """With an odd budget both parts of a pair past half of it get half, and the longer one the odd token: a
+    query capped one token above the longest document is still the longer, as the whole query is."""
+    tokens = TextTokenizer(load_tokenizer(Source(default_model_path())))
+    query, document = _text(60_000), _text(400, seed=1)  # the document: more tokens than the model takes
+    limits = Limits(128, 128, "right")  # 125 content tokens: odd
+    [capped] = encode_pairs(tokens, [query], [document], limits, _meter())
+    whole = tokens.content([query], _meter())[0]
+    doc = tokens.content([document], _meter())[0]
+    assert doc.count > 128 and whole.count > doc.count
+    keep_query, keep_document = split_budget(whole.count, doc.count, 125)
+    assert (keep_query, keep_document) == (63, 62)
+    expected = tokens.template.join_pair(whole.first(63), doc.first(62), with_types=True, truncated=True)
+    assert capped == expected

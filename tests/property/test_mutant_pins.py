@@ -21,9 +21,10 @@ import pytest
 from scorekit.asgi import Message, Receive, Scope, Send
 from scorekit.lifecycle import Lifecycle, LifecycleMiddleware, lifecycle_of
 from scorekit.testing import FLAVORS, AppBehaviour, Backend, ClientScript, Flavor, Scenario, make_server, run_script
-from scorekit.testing.apps import AppObservation, AppRecorder, is_final, respond, send_start, ticks
+from scorekit.testing.apps import AppObservation, AppRecorder, respond, send_start, ticks
 from scorekit.testing.audit import Audit
 from scorekit.testing.servers import ClientDisconnectedError
+from tests.property import test_cancellation
 
 from .conftest import K_TICKS, each_backend, each_flavor, request_ended, run, run_mw
 
@@ -67,38 +68,29 @@ def test_Q12_a_single_reader_learns_its_client_left_alike_on_every_server(
 # -- C1 (L11): with Expect: 100-continue the pump is started by the app's first receive() -------------------
 
 
-class BusyAfterReading:
-    """Reads ``reads`` messages (or to the end of the body), then works on them without reading: only a
-    cancellation ends it. An ``http.disconnect`` read first makes it return."""
+class BusyAfterReading(test_cancellation.BusyAfterReading):
+    """C10's app (reads ``reads`` messages, then works on them without reading), which can first wait for the
+    pump to park the first frame before it asks for it (``wait_for_read_ahead``)."""
 
     def __init__(self, audit: Audit, reads: int, *, wait_for_read_ahead: bool = False) -> None:
-        self.recorder = AppRecorder(audit)
-        self.reads = reads
+        super().__init__(audit, reads)
         self.wait_for_read_ahead = wait_for_read_ahead
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        lifecycle = lifecycle_of(scope)
-        assert lifecycle is not None
-        try:
-            if self.wait_for_read_ahead:  # let the pump park the first frame before the app asks for it
+        if self.wait_for_read_ahead:
+            lifecycle = lifecycle_of(scope)
+            assert lifecycle is not None
+            try:
                 for _ in range(SHORT_RUN):
                     if lifecycle.buffered_bytes:
                         break
                     await anyio.lowlevel.checkpoint()
-                assert lifecycle.buffered_bytes, "the pump never read the first frame ahead"
-                self.recorder.note("app.read_ahead_seen")
-            for _ in range(self.reads):
-                message = await self.recorder.receive(receive)
-                if message["type"] == "http.disconnect":
-                    self.recorder.note("app.return")
-                    return
-                if is_final(message):
-                    break
-            self.recorder.note("app.waiting")
-            await anyio.sleep_forever()
-        except anyio.get_cancelled_exc_class():
-            self.recorder.note("app.cancelled")
-            raise
+            except anyio.get_cancelled_exc_class():
+                self.recorder.note("app.cancelled")
+                raise
+            assert lifecycle.buffered_bytes, "the pump never read the first frame ahead"
+            self.recorder.note("app.read_ahead_seen")
+        await super().__call__(scope, receive, send)
 
 
 def assert_cancelled_soon_after_the_client_left(audit: Audit, script: ClientScript) -> None:
