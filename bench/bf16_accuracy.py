@@ -131,9 +131,10 @@ class Agreement:
 
 def run_plan(backend: Backend, plan: Plan[R]) -> R:
     """A plan run as the engine runs it: encode, forward in batches, finish."""
-    inputs: list[Encoded] = plan.encode(no_checkpoint)
+    encoding = plan.encode(no_checkpoint)
+    inputs: list[Encoded] = encoding.inputs
     outputs = [out for start in range(0, len(inputs), BATCH) for out in backend.forward(inputs[start : start + BATCH])]
-    return plan.finish(inputs, outputs)
+    return encoding.finish(outputs)
 
 
 def pair_scores(backend: Backend, queries: Sequence[str], docs: Sequence[str]) -> torch.Tensor:
@@ -142,7 +143,7 @@ def pair_scores(backend: Backend, queries: Sequence[str], docs: Sequence[str]) -
     assert isinstance(backend, PairScorer)
     side1 = [query for query in queries for _ in docs]
     side2 = [doc for _ in queries for doc in docs]
-    plan = backend.plan_pairs(side1, side2, PairOptions(truncate=-1), lambda side, i: f"{side}:{i}")
+    plan = backend.plan_pairs(side1, side2, PairOptions(truncate=-1))
     return torch.tensor(run_plan(backend, plan).scores).view(len(queries), len(docs))
 
 

@@ -26,7 +26,7 @@ import torch
 
 from bench.corpus import rerank_set
 from bench.gpu import DOCS, MODELS, ceiling, model_folder
-from scorekit.models.loading import pad_batch
+from scorekit.models.padding import pad_batch
 
 
 def rate(forward: Callable[[], object], seconds: float) -> tuple[float, float]:

@@ -77,8 +77,7 @@ def ceiling(folder: str, texts: Sequence[Sequence[str]], device: str, dtype: str
     started = time.perf_counter()
     inputs = []
     for query, *documents in texts:
-        plan = backend.plan_pairs([query], documents, PairOptions(), lambda side, index: f"{side}.{index}")
-        inputs += plan.encode(no_checkpoint)
+        inputs += backend.plan_pairs([query], documents, PairOptions()).encode(no_checkpoint).inputs
     return Ceiling(backend, inputs, len(inputs) / (time.perf_counter() - started))
 
 

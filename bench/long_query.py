@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from scorekit.models.cross_encoder import CrossEncoderBackend
-from scorekit.models.loading import Source
+from scorekit.models.files import Source
 from scorekit.tasks import PairOptions
 from tests.tiny_models import build_cross_encoder
 
@@ -40,7 +40,7 @@ def main() -> None:
         print(f"{'query words':>12} {'MB':>6} {'CPU s':>8} {'work units':>11} {'inputs':>7}")
         for words in args.words:
             query = " ".join(f"w{i % 997}" for i in range(words))
-            plan = backend.plan_pairs([query], documents, PairOptions(truncate=-1), lambda side, i: f"[{i}]")
+            plan = backend.plan_pairs([query], documents, PairOptions(truncate=-1))
             work = 0
 
             def count(units: int) -> None:
@@ -48,7 +48,7 @@ def main() -> None:
                 work += units
 
             started = time.process_time()
-            encoded = plan.encode(count)
+            encoded = plan.encode(count).inputs
             seconds = time.process_time() - started
             print(f"{words:>12,} {len(query) / 1e6:>6.2f} {seconds:>8.3f} {work:>11,} {len(encoded):>7}")
 

@@ -58,7 +58,7 @@ _ROOTS = (
     "uvicorn/__main__.py",
     "uvicorn/_compat.py",
     "uvicorn/server.py",
-    "scorekit/cli.py",
+    "scorekit/cli/",
     "asyncio/runners.py",
     "asyncio/base_events.py",
     "asyncio/events.py",

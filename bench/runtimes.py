@@ -41,7 +41,7 @@ from bench.driver import write_spec
 from bench.peers import CONCURRENCIES, DOCS, NAME, build_cross_encoder, check_same_scores, window
 from bench.servers import running, spawn_scorekit
 from scorekit.models import default_model_path
-from scorekit.models.runtime import MODEL_FILE, export
+from scorekit.models.runtime.export import MODEL_FILE, export
 
 RESULTS = Path(__file__).parent / "results"
 NAMES = ("input_ids", "attention_mask", "token_type_ids")

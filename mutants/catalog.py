@@ -799,15 +799,15 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "S04",
-        "scorekit/middleware/auth.py",
+        "scorekit/api/routes.py",
         "/version joins the probes and answers without a key",
-        'OPEN_PATHS = frozenset({"/health", "/ping", "/metrics", "/load"})',
-        'OPEN_PATHS = frozenset({"/health", "/ping", "/metrics", "/load", "/version"})',
+        '_service("/version", version, "The server\'s version.", returns=VersionResponse)',
+        '_service("/version", version, "The server\'s version.", returns=VersionResponse, public=True)',
         ("tests/hardening/test_server_rules.py::test_every_get_route_but_the_probes_needs_the_key",),
     ),
     Mutant(
         "S05",
-        "scorekit/cli.py",
+        "scorekit/cli/flags.py",
         "an indented '#' line of --api-key-file is read as a key (a retired key commented out still opens the server)",
         'if line.strip() and not line.lstrip().startswith("#")',
         'if line.strip() and not line.startswith("#")',
@@ -839,15 +839,15 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "S09",
-        "scorekit/middleware/inflight.py",
+        "scorekit/middleware/drain.py",
         "the drain's cut sends its 503 to every request, one whose answer had started too",
-        "if cancel.cancel_called and not started and self._answer is not None:",
-        "if cancel.cancel_called and self._answer is not None:",
+        "if cancel.cancel_called and not started and drain._cutting:",
+        "if cancel.cancel_called and drain._cutting:",
         ("tests/hardening/test_server_rules.py::test_an_answer_started_before_the_drain_deadline_gets_no_503_on_top",),
     ),
     Mutant(
         "S10",
-        "scorekit/middleware/inflight.py",
+        "scorekit/middleware/drain.py",
         "the in-flight tracker forgets an answer started once its first body chunk goes: the cut sends a 503 on top",
         'started = started or message["type"] == "http.response.start"',
         'started = message["type"] == "http.response.start"',
@@ -915,6 +915,31 @@ MUTANTS: tuple[Mutant, ...] = (
         "if self._head_timer is None and (self.cycle is None or self.cycle.response_complete):",
         "if self._head_timer is None and self.cycle is None:",
         ("tests/hardening/test_server_rules.py::test_a_kept_alive_connections_next_head_gets_the_header_deadline",),
+    ),
+    Mutant(
+        "S17",
+        "scorekit/middleware/auth.py",
+        "the key gate takes every service route for a probe: /v1/models, /openapi.json and /version need no key",
+        "return route is not None and route.public",
+        "return route is not None and not route.counts_as_load",
+        ("tests/hardening/test_server_rules.py::test_every_get_route_but_the_probes_needs_the_key",),
+    ),
+    Mutant(
+        "S18",
+        "scorekit/routing.py",
+        'a mount prefix strips from a path that merely starts with its letters: under "/sc", "/scoring" is "oring"',
+        'return path.startswith(root) and (len(path) == len(root) or path[len(root)] == "/" or root.endswith("/"))',
+        "return path.startswith(root)",
+        ("tests/e2e/test_mount.py::test_a_mount_prefix_is_stripped_only_at_a_segments_end",),
+    ),
+    Mutant(
+        "S19",
+        "scorekit/routing.py",
+        "the router forgets its last lookup: the metrics, the key gate, the drain gate and the router each match "
+        "the request again",
+        "if last is not None and last[0] == key:",
+        "if False:",
+        ("tests/unit/test_route_matching.py",),
     ),
     # (end of S)
     # -- the engine's, the batcher's and the windows' rules (E) ------------------------------------------
@@ -1034,11 +1059,29 @@ MUTANTS: tuple[Mutant, ...] = (
         'if not media_type.startswith("application/json"):',
         ("tests/e2e/test_content_types.py::test_E9_any_other_media_type_is_refused",),
     ),
+    Mutant(
+        "E14",
+        "scorekit/engine.py",
+        "a capability is resolved from the wrong protocol: a pair scorer is taken for a label scorer, and asking it "
+        "for label scores fails (500) instead of being refused (404)",
+        "self._labels = backend if isinstance(backend, LabelScorer) else None",
+        "self._labels = backend if isinstance(backend, PairScorer) else None",
+        ("tests/unit/test_engine_rules.py::test_E13_a_task_the_backend_cannot_do_is_refused_before_any_work",),
+    ),
+    Mutant(
+        "E15",
+        "scorekit/engine.py",
+        "the engine ignores the backend's batch-cost trait: an LLM reranker's batches are cut by a cost fit that "
+        "does not hold for it",
+        "batch_efficiency=config.batch_efficiency if backend.batch_cost_follows_tokens else None,",
+        "batch_efficiency=config.batch_efficiency,",
+        (_BATCHING + "::test_batches_are_cut_by_the_cost_fit_except_an_llm_rerankers",),
+    ),
     # (end of E)
     # -- tokenizing bounded by work, not by pairs (T) ----------------------------------------------------
     Mutant(
         "T01",
-        "scorekit/models/tokens.py",
+        "scorekit/models/truncation.py",
         "a truncated pair's query is tokenized whole: a 1.6-million-word query costs its length, not what fits",
         "cap = None if limits.keep is None else max(limits.max_length, longest) + 1",
         "cap = None",
@@ -1054,7 +1097,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "T03",
-        "scorekit/models/tokens.py",
+        "scorekit/models/truncation.py",
         "a query that fills the model's length but for the special tokens is cut into empty windows",
         "if rest >= max_length:",
         "if rest > max_length:",
@@ -1064,7 +1107,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "T04",
         "scorekit/models/pairs.py",
         "a query that leaves no room for a document token is blamed on the document, the longer text",
-        "        if part is not None:\n            return query if part == 0 else document\n",
+        "        if part is not None:\n            return (query if part == 0 else document,)\n",
         "",
         (_LONG_QUERY + "test_a_query_that_leaves_no_room_for_a_document_token_is_refused_naming_it",),
     ),
@@ -1099,8 +1142,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "T08",
         "scorekit/models/llm_reranker.py",
         "with windows, an LLM reranker joins a query longer than the model into every prompt before refusing it",
-        "                if options.chunking is not None and not all(whole for _, whole in shortened):",
-        "                if False:",
+        "            if options.chunking is not None and not all(whole for _, whole in shortened):",
+        "            if False:",
         (
             "tests/models/test_llm_reranker.py::"
             "test_with_windows_a_query_longer_than_the_model_is_refused_without_reading_it_all",
@@ -1116,7 +1159,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "T10",
-        "scorekit/models/tokens.py",
+        "scorekit/models/truncation.py",
         "a truncated pair's query is capped above the model's length only, not above the longest document: "
         "read shorter than a long document, it loses the longest-first odd token",
         "cap = None if limits.keep is None else max(limits.max_length, longest) + 1",
@@ -1163,8 +1206,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "F04",
         "scorekit/api/common.py",
         "/invocations refuses a body that is not JSON in /generative_scoring's words, not /score's",
-        "    skimmed = await _decode(request, _SKIM, parsed_in_handler=False)",
-        "    skimmed = await _decode(request, _SKIM, parsed_in_handler=True)",
+        "    return await _decode(request, partial(_chosen, choose), parsed_in_handler=False)",
+        "    return await _decode(request, partial(_chosen, choose), parsed_in_handler=True)",
         ("tests/hardening/test_findings.py::test_invocations_errors_are_those_of_the_path_the_body_is_for",),
     ),
     Mutant(
@@ -1217,7 +1260,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "F11",
-        "scorekit/models/loading.py",
+        "scorekit/models/files.py",
         "a hub name missing from the cache is taken as cached while the hub cannot be reached: the load goes on "
         'to "it has no config.json"',
         "                if isinstance(try_to_load_from_cache(self.name, prefix + filename), str):\n",
@@ -1226,7 +1269,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "F12",
-        "scorekit/models/loading.py",
+        "scorekit/models/files.py",
         "HF_HUB_OFFLINE is not looked at: the one line blames the network, which was never asked",
         "        if constants.is_offline_mode():\n",
         "        if False:\n",
@@ -1234,7 +1277,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "F13",
-        "scorekit/models/loading.py",
+        "scorekit/models/files.py",
         "a cached hub name is still fetched while the hub cannot be reached: every file waits out the retries",
         "        local = self.is_local or Source.hub_unreachable() is not None\n",
         "        local = self.is_local\n",
@@ -1251,5 +1294,85 @@ MUTANTS: tuple[Mutant, ...] = (
         "        pass\n",
         ("tests/cli/test_model_not_found.py::test_a_hub_warning_is_logged_once_in_the_one_format",),
     ),
+    Mutant(
+        "F15",
+        "scorekit/api/common.py",
+        "an endpoint reached through /invocations decodes the body again, which /invocations decoded to pick it",
+        "    if isinstance(request.decoded, kind):\n        return request.decoded\n",
+        "",
+        ("tests/unit/test_decode_once.py::test_invocations_decodes_the_body_once",),
+    ),
+    Mutant(
+        "F16",
+        "scorekit/api/invocations.py",
+        "/invocations hands its endpoint the request without the body it decoded: the endpoint decodes it again",
+        "return await endpoint(replace(request, decoded=body))",
+        "return await endpoint(request)",
+        ("tests/unit/test_decode_once.py::test_invocations_hands_its_endpoint_the_body_it_decoded",),
+    ),
+    Mutant(
+        "F17",
+        "scorekit/api/errors.py",
+        "an over-long input on /score's query side is named without its index, as /rerank's one query is",
+        'return f"{self.query}[{index}]" if self.query_is_list else self.query',
+        "return self.query",
+        ("tests/unit/test_error_table.py::test_an_over_long_input_is_named_as_its_route_spells_it",),
+    ),
+    Mutant(
+        "F18",
+        "scorekit/models/base.py",
+        "a backend's forward no longer enters inference mode: a caller outside the worker builds an autograd graph",
+        "        with torch.inference_mode():\n            return forward(*args, **kwargs)\n",
+        "        return forward(*args, **kwargs)\n",
+        ("tests/models/test_backends.py::test_a_forward_builds_no_autograd_graph_whoever_calls_it",),
+    ),
     # (end of F)
+    # -- start-up and configuration: what Settings, the flags and load_models refuse (C) ----------------
+    Mutant(
+        "C01",
+        "scorekit/settings.py",
+        "a runtime is checked against the device and dtype but not the kind given: --runtime onnx --model-kind"
+        " causal-lm passes the flags and fails only once the model loads",
+        "runtime_error(self.runtime, kind=self.kind, device=self.device, dtype=self.dtype)",
+        "runtime_error(self.runtime, kind=None, device=self.device, dtype=self.dtype)",
+        (
+            "tests/cli/test_runtime_flags.py::test_what_an_onnx_runtime_cannot_serve_is_refused_while_parsing",
+            "tests/unit/test_settings.py::test_a_model_spec_refuses_bad_values_and_so_does_the_one_model_shorthand",
+        ),
+    ),
+    Mutant(
+        "C02",
+        "scorekit/settings.py",
+        "Settings with no model are accepted: the app has no default model, and every request fails",
+        "if not isinstance(models, tuple) or not models or not all(",
+        "if not isinstance(models, tuple) or not all(",
+        ("tests/unit/test_settings.py::test_settings_refuse_bad_values",),
+    ),
+    Mutant(
+        "C03",
+        "scorekit/app.py",
+        "a model loaded before the lifespan (by scorekit serve, or an embedding app) skips the settings' checks: a"
+        " bi-encoder chunking long documents by default is served, and refuses every such request",
+        "            backends[name] = load_spec(spec)\n        check_long_documents(",
+        "            backends[name] = load_spec(spec)\n            check_long_documents(",
+        ("tests/unit/test_load_models.py::test_a_model_loaded_already_is_checked_like_one_it_loads",),
+    ),
+    Mutant(
+        "C04",
+        "scorekit/cli/serve.py",
+        "a runtime that cannot serve the kind a model turned out to be is answered as a failed load (exit 1), not"
+        " as the usage error it is (exit 2)",
+        "    except UnfitRuntime as exc:\n        usage_error(",
+        "    except KeyError as exc:\n        usage_error(",
+        ("tests/cli/test_runtime_flags.py::test_a_detected_causal_lm_is_refused_before_it_loads",),
+    ),
+    Mutant(
+        "C05",
+        "scorekit/deploy/options.py",
+        "--replicas beside --max-replicas is taken: Ray autoscales, and the fixed count is silently ignored",
+        '        if max_replicas is not None and "replicas" in given:\n',
+        "        if False:\n",
+        ("tests/cli/test_ray_flags.py::test_bad_combinations_are_one_line",),
+    ),
+    # (end of C)
 )

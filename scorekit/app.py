@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import anyio.to_thread
 from starlette.middleware import Middleware
@@ -24,7 +24,7 @@ from scorekit import __version__
 from scorekit.api.errors import as_http_error
 from scorekit.api.openapi import build_openapi
 from scorekit.api.routes import ROUTES
-from scorekit.api.state import ServerState, shutting_down
+from scorekit.api.state import ServerState
 from scorekit.asgi import ASGIApp, Receive, Scope, Send
 from scorekit.engine import Engine
 from scorekit.lifecycle import LifecycleMiddleware
@@ -32,8 +32,7 @@ from scorekit.load import LoadCounter
 from scorekit.logs import ensure_visible
 from scorekit.metrics import Metrics, ModelGauge
 from scorekit.middleware.auth import ApiKeyGate
-from scorekit.middleware.drain import DrainGate
-from scorekit.middleware.inflight import InFlight
+from scorekit.middleware.drain import Drain, DrainGate, InFlight
 from scorekit.middleware.metrics import RequestMetrics
 from scorekit.models import PairScorer, load_spec
 from scorekit.models.base import Backend
@@ -60,13 +59,16 @@ class ScorekitApp:
         self._backends = dict(backends or {})  # loaded already (by `scorekit serve`), keyed by served name
         table = tuple(routes)
         self.load = LoadCounter()
-        self.models = ModelRegistry(settings.served_models())
+        self.models = ModelRegistry(settings.models)
         self.metrics = Metrics(self.load, models=self._model_gauges)
+        # Begun by the server process at its first signal, which cuts what is left at the drain's deadline.
+        self.drain = Drain()
         self.state = ServerState(
             settings=settings,
             models=self.models,
             load=self.load,
             metrics=self.metrics,
+            draining=lambda: self.drain.draining,
             openapi=build_openapi(table, title="scorekit", version=__version__),
         )
         router = Router(
@@ -75,7 +77,7 @@ class ScorekitApp:
             max_body_bytes=settings.max_body_bytes,
             errors=as_http_error,
         )
-        stack: ASGIApp = DrainGate(router, route_of=router.route_of, draining=lambda: self.state.draining)
+        stack: ASGIApp = DrainGate(router, drain=self.drain, route_of=router.route_of)
         for cls, args, kwargs in reversed(middleware):
             stack = cls(stack, *args, **kwargs)
         if settings.api_keys:
@@ -89,8 +91,7 @@ class ScorekitApp:
                 allow_credentials=settings.allow_credentials,
             )
         stack = RequestMetrics(stack, route_of=router.route_of, observe=self.metrics.observe_request)
-        self._in_flight = InFlight(stack)
-        self._stack = LifecycleMiddleware(self._in_flight, load=self.load)
+        self._stack = LifecycleMiddleware(InFlight(stack, drain=self.drain), load=self.load)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -103,19 +104,6 @@ class ScorekitApp:
         """The default model's engine (the first served model); None before it loads."""
         return self.models.get(self.models.default)
 
-    def begin_drain(self) -> None:
-        """From now on, scoring requests and /health answer 503; requests in flight carry on."""
-        self.state.draining = True
-
-    async def cut_in_flight(self, grace: float) -> int:
-        """End every request still running with a 503 in the JSON error shape, waiting up to ``grace``
-        seconds for those answers to go out; how many requests there were.
-
-        For the end of a drain: the server process calls it at its deadline, before the ASGI server would
-        cancel the same requests with its own plain-text 500."""
-        error = shutting_down("The server is shutting down; this request did not finish in time.")
-        return await self._in_flight.cut(error, grace=grace)
-
     @asynccontextmanager
     async def lifespan(self, _host: object = None) -> AsyncIterator[None]:
         """Load every model and run its worker for the duration; usable as Starlette's ``lifespan=``.
@@ -124,30 +112,26 @@ class ScorekitApp:
         starts, since a budget sized for a GPU depends on what every model left free there; a model that fails
         to load or start stops the ones started before it."""
         ensure_visible()  # before the models load: their load lines are part of the start-up log too
-        specs = [served.spec for served in self.models]
-        backends = dict(self._backends)
-        for spec in specs:
-            if spec.served_name not in backends:
-                backends[spec.served_name] = await anyio.to_thread.run_sync(load_spec, spec)
-        budgets = await anyio.to_thread.run_sync(token_budgets, specs, backends)
+        loaded = await anyio.to_thread.run_sync(load_models, self.settings, self._backends)
         async with AsyncExitStack() as stack:
-            for spec in specs:
+            for spec in self.settings.models:
                 name = spec.served_name
-                engine = await anyio.to_thread.run_sync(self._start_engine, name, backends[name], spec, budgets[name])
+                backend, budget = loaded.backends[name], loaded.budgets[name]
+                engine = await anyio.to_thread.run_sync(self._start_engine, name, backend, spec, budget)
                 stack.push_async_callback(self._stop_engine, name, engine)
             yield
 
     def _start_engine(self, name: str, backend: Backend, spec: ModelSpec, budget: TokenBudget) -> Engine:
-        check_long_documents(self.settings, name, backend)
         config = replace(spec.engine, max_batch_tokens=budget.tokens)
         engine = Engine(backend, config, observer=self.metrics.model(name))
         engine.start()
+        card = engine.card
         logger.info(
             "scorekit %s serving %s (%s, inputs up to %d tokens) as %r; batches of up to %d padded tokens (%s)",
             __version__,
-            backend.name,
-            backend.kind,
-            backend.max_length,
+            card.name,
+            card.kind,
+            card.max_length,
             name,
             budget.tokens,
             budget.source,
@@ -165,8 +149,8 @@ class ScorekitApp:
             if engine is None:
                 yield ModelGauge(served.name, 0, 0, 0)
             else:
-                batcher = engine.batcher
-                yield ModelGauge(served.name, batcher.queued, batcher.queued_tokens, engine.active_requests)
+                now = engine.snapshot()
+                yield ModelGauge(served.name, now.queued_items, now.queued_tokens, now.active_requests)
 
 
 async def serve_lifespan(
@@ -204,6 +188,30 @@ def create_app(
     which count what they answer; the drain gate and the router are below them, so a CORS middleware also
     dresses a draining server's 503."""
     return ScorekitApp(settings or Settings(), backends=backends, routes=routes, middleware=middleware)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedModels:
+    """Every served model loaded and checked, by served name, with its batches' token budget."""
+
+    backends: Mapping[str, Backend]
+    budgets: Mapping[str, TokenBudget]
+
+
+def load_models(settings: Settings, loaded: Mapping[str, Backend] | None = None) -> LoadedModels:
+    """Every model ``settings`` serves, loaded one after another (but those in ``loaded``, by served name), checked
+    against the settings, with its batches' token budget: all that start-up can refuse once the models are known.
+    ``scorekit serve`` calls it to refuse in one line before it serves, the lifespan for whatever is not loaded
+    yet. Blocking (weights load; on a GPU a probe batch runs, once per model): call it off the event loop.
+
+    A runtime that cannot serve the kind a model turned out to be raises :class:`~scorekit.choices.UnfitRuntime`."""
+    backends = dict(loaded or {})
+    for spec in settings.models:
+        name = spec.served_name
+        if name not in backends:
+            backends[name] = load_spec(spec)
+        check_long_documents(settings, name, backends[name])
+    return LoadedModels(backends, token_budgets(settings.models, backends))
 
 
 def check_long_documents(settings: Settings, name: str, backend: Backend) -> None:

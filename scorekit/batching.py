@@ -31,57 +31,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-
-import torch
+from typing import Generic
 
 from scorekit.errors import QueueTimeout
-from scorekit.jobs import Job, WorkItem
-from scorekit.models.base import Encoded
-
-ModelItem = WorkItem[Encoded, torch.Tensor]
-
-
-class ModelJob(Job[Encoded, torch.Tensor]):
-    """What the engine queues: tokenized inputs in, one output tensor per input back, packed into one tensor.
-
-    A backend's outputs are views of its batch's result, which is allocated after that forward's activations.
-    Kept until the request ends, thousands of them sit between freed activations, so the allocator can neither
-    reuse nor return that memory: a 10,000-document rerank held about 300 MB more at its peak than a
-    1,000-document one (docs/benchmarks.md, figure 6b). Copying each output into one tensor per job, made at
-    the first delivery, frees every batch's result as soon as the batch is delivered.
-
-    Nor does the job keep a view of its own tensor per output until it is done: a view is a small allocation
-    made on the worker thread among the activations, so 10,000 of them kept fragmented the heap as well (the
-    10,000-document rerank's peak, 9 KiB per document). A packed output's place in ``results`` holds the
-    packed tensor itself, and :meth:`outputs` makes the rows once the job is done."""
-
-    _packed: torch.Tensor | None = None
-
-    def deliver(self, index: int, output: torch.Tensor) -> None:
-        if not self.done:
-            output = self._pack(index, output)
-        super().deliver(index, output)
-
-    def _pack(self, index: int, output: torch.Tensor) -> torch.Tensor:
-        """The job's tensor, holding ``output`` as row ``index``; or ``output`` itself when it cannot."""
-        packed = self._packed
-        if packed is None:
-            shape = (len(self.inputs), *output.shape)
-            packed = self._packed = torch.empty(shape, dtype=output.dtype, device=output.device)
-        if packed.shape[1:] != output.shape or packed.dtype != output.dtype or packed.device != output.device:
-            return output  # outputs of another shape (none of today's backends makes them): kept as they came
-        packed[index] = output
-        return packed
-
-    def outputs(self) -> list[torch.Tensor]:
-        """The delivered outputs in input order (undelivered ones left out)."""
-        packed = self._packed
-        rows = [] if packed is None else packed.unbind()
-        return [
-            rows[index] if output is packed else output
-            for index, output in enumerate(self.results)
-            if output is not None
-        ]
+from scorekit.jobs import InputT, Job, OutputT, WorkItem
 
 
 class BatchCost:
@@ -121,8 +74,9 @@ class QueueFull(Exception):
     """Admitting this job would pass ``max_queued_items``; the caller should answer 503."""
 
 
-class Batcher:
-    """Jobs in, batches out. ``submit``/``cancel`` run on the event loop; ``next_batch`` on the worker."""
+class Batcher(Generic[InputT, OutputT]):
+    """Jobs in, batches out. ``submit``/``cancel`` run on the event loop; ``next_batch`` on the worker. Any
+    :class:`~scorekit.jobs.Job` will do: an input is priced by its ``cost`` alone."""
 
     def __init__(
         self,
@@ -145,7 +99,7 @@ class Batcher:
         self.cost = cost or BatchCost()
         self._clock = clock
         self._ready = threading.Condition()
-        self._jobs: deque[ModelJob] = deque()
+        self._jobs: deque[Job[InputT, OutputT]] = deque()
         self._queued = 0
         self._queued_tokens = 0
         self._closed = False
@@ -166,7 +120,7 @@ class Batcher:
         with self._ready:
             self.cost.observe(tokens, seconds)
 
-    def submit(self, job: ModelJob) -> None:
+    def submit(self, job: Job[InputT, OutputT]) -> None:
         with self._ready:
             if self._closed:
                 raise QueueFull("the worker is shutting down")
@@ -183,19 +137,19 @@ class Batcher:
             # small jobs), so none is woken for work it cannot take while a thread that could sleeps on.
             self._ready.notify_all()
 
-    def cancel(self, job: ModelJob) -> int:
+    def cancel(self, job: Job[InputT, OutputT]) -> int:
         """Drop the job's items that have not run yet; return how many were dropped."""
         with self._ready:
             job.cancelled = True
             return self._remove(job)
 
-    def expire(self, job: ModelJob) -> bool:
+    def expire(self, job: Job[InputT, OutputT]) -> bool:
         """At its queue-wait deadline: take the job out and fail it with QueueTimeout, unless some of its work
         has run (or it is over); whether it was taken out."""
         with self._ready:
             return self._expire(job)
 
-    def _expire(self, job: ModelJob) -> bool:
+    def _expire(self, job: Job[InputT, OutputT]) -> bool:
         if job.done or job.started_at is not None or self.max_queue_wait is None:
             return False
         self._remove(job)
@@ -209,7 +163,7 @@ class Batcher:
         for job in [job for job in self._jobs if now - job.queued_at > self.max_queue_wait]:
             self._expire(job)
 
-    def _remove(self, job: ModelJob) -> int:
+    def _remove(self, job: Job[InputT, OutputT]) -> int:
         """Take the job's pending items out of the queue; how many there were."""
         dropped = len(job._pending)
         if dropped:
@@ -235,7 +189,7 @@ class Batcher:
                 job.fail(error)
             self._ready.notify_all()
 
-    def next_batch(self, small: int | None = None) -> list[ModelItem] | None:
+    def next_batch(self, small: int | None = None) -> list[WorkItem[InputT, OutputT]] | None:
         """Block until there is work, then cut one batch; None once closed and drained. Overdue jobs are
         expired first, so none of their work runs. With ``small``, only jobs of at most that many inputs count
         as work (the small-job lane's thread)."""
@@ -249,7 +203,7 @@ class Batcher:
                     return None
                 self._ready.wait()
 
-    def _budgets(self, jobs: deque[ModelJob]) -> tuple[int, int]:
+    def _budgets(self, jobs: deque[Job[InputT, OutputT]]) -> tuple[int, int]:
         """The padded tokens this batch may hold (the ceiling), and what it may hold beyond completing the
         smallest job (the budget). Both are ``max_batch_tokens`` without ``batch_efficiency`` or a cost fit.
 
@@ -275,15 +229,15 @@ class Batcher:
         left = min(waiting) + fixed / (1 - efficiency) - self._clock()
         return ceiling, min(max(int((left - fixed) / per_token), 0), ceiling)
 
-    def _cut(self, jobs: deque[ModelJob]) -> list[ModelItem]:
+    def _cut(self, jobs: deque[Job[InputT, OutputT]]) -> list[WorkItem[InputT, OutputT]]:
         """One item from every one of ``jobs`` first (nobody starves), then fill from the shortest jobs: the
         shortest one up to the ceiling when all of it fits there (a small job is not split), the rest within
         the budget left."""
-        batch: list[ModelItem] = []
+        batch: list[WorkItem[InputT, OutputT]] = []
         longest = 0
         ceiling, budget = self._budgets(jobs)
 
-        def take(job: ModelJob, limit: int) -> bool:
+        def take(job: Job[InputT, OutputT], limit: int) -> bool:
             nonlocal longest
             index = job._pending[0]
             cost = max(longest, job.inputs[index].cost)
@@ -311,7 +265,9 @@ class Batcher:
         self._jobs = deque(job for job in self._jobs if job._pending)
         return batch
 
-    def _completes(self, job: ModelJob, batch: list[ModelItem], longest: int, limit: int) -> bool:
+    def _completes(
+        self, job: Job[InputT, OutputT], batch: list[WorkItem[InputT, OutputT]], longest: int, limit: int
+    ) -> bool:
         """Whether all the job's pending items fit in this batch within ``limit`` padded tokens beside what it
         holds (its pending items are in length order, so the last is the longest)."""
         count = len(batch) + len(job._pending)

@@ -11,9 +11,13 @@ import importlib.util
 import os
 import re
 from pathlib import Path
+from typing import Literal, get_args
 
-from scorekit.settings import RUNTIMES
-
+# What runs a bi-encoder's or cross-encoder's forward: the torch module, its ONNX export in ONNX Runtime (the
+# onnx extra; CPU and float32 only, see runtime_error) or in OpenVINO (the openvino extra; CPU, float32 or
+# bfloat16), or its TorchScript trace (any device and dtype).
+Runtime = Literal["torch", "onnx", "openvino", "torchscript"]
+RUNTIMES: tuple[Runtime, ...] = get_args(Runtime)
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 # The kinds a runtime other than torch (ONNX Runtime, OpenVINO, a TorchScript trace) serves: one stateless forward
 # per batch.
@@ -62,6 +66,16 @@ def runtime_error(runtime: str, *, kind: str | None, device: str, dtype: str) ->
             )
         return f"--runtime {runtime} serves float32 and bfloat16, not {dtype}, on the CPU (or use --runtime torch)"
     return None
+
+
+class UnfitRuntime(ValueError):
+    """A runtime that cannot serve a model of the kind its config names: found only once the model's files were
+    read, so after the flags were parsed. ``model`` is the model as given, ``kind`` the kind it turned out to be."""
+
+    def __init__(self, message: str, *, model: str, kind: str) -> None:
+        super().__init__(message)
+        self.model = model
+        self.kind = kind
 
 
 def runtime_missing(runtime: str) -> str | None:

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, TypeVar
 
 import anyio
@@ -29,7 +29,7 @@ import anyio.lowlevel
 import anyio.to_thread
 import torch
 
-from scorekit.batching import Batcher, ModelJob, QueueFull
+from scorekit.batching import Batcher, QueueFull
 from scorekit.errors import (
     InputTooLong,
     InvalidRequest,
@@ -41,10 +41,11 @@ from scorekit.errors import (
     Unsupported,
     WorkerDied,
 )
+from scorekit.model_job import ModelJob
 from scorekit.models.base import Backend, Checkpoint, Embedder, Encoded, LabelScorer, PairScorer, Plan, no_checkpoint
-from scorekit.settings import EngineConfig
-from scorekit.tasks import Embeddings, EmbedOptions, LabelQuery, LabelScores, PairOptions, PairScores, ParamOf
-from scorekit.worker import ModelWorker
+from scorekit.settings import EngineConfig, ModelKind
+from scorekit.tasks import Embeddings, EmbedOptions, LabelQuery, LabelScores, PairOptions, PairScores
+from scorekit.worker import ModelWorker, WorkerStats
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -59,7 +60,7 @@ class Abandoned(Exception):
 
 @dataclass
 class EngineStats:
-    """Counters a test or a benchmark can read. Written from tokenizing threads: each ``+=`` is one
+    """Tokenizing counters, read through :meth:`Engine.snapshot`. Written from tokenizing threads: each ``+=`` is one
     bytecode-level update under the GIL, and readers only need a count that stops growing.
 
     ``tokenize_work`` counts the units of tokenizing work done (characters tokenized, tokens copied into
@@ -72,6 +73,43 @@ class EngineStats:
     tokenize_work: int = 0
     largest_step: int = 0
     work_after_abandon: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """Whether the engine runs work queued now (``ready``), and if its worker died, why (``death``)."""
+
+    ready: bool
+    death: BaseException | None
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    """What the engine serves, as /v1/models and the start-up log tell it: the model's name (where its weights
+    came from), its kind and the longest input it takes."""
+
+    name: str
+    kind: ModelKind
+    max_length: int
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSnapshot:
+    """The engine's state at one moment, for tests, benchmarks and the metrics' gauges: what waits
+    (``queued_items``, their unpadded ``queued_tokens``), the requests admitted, the batches running, and
+    copies of the worker's and the tokenizing counters that later work leaves alone."""
+
+    queued_items: int
+    queued_tokens: int
+    active_requests: int
+    running_batches: int
+    worker: WorkerStats
+    tokenizing: EngineStats
+
+    @property
+    def idle(self) -> bool:
+        """No request admitted, nothing queued and no batch running: no counter can move until a new request."""
+        return self.active_requests == 0 and self.queued_items == 0 and self.running_batches == 0
 
 
 class EngineObserver(Protocol):
@@ -111,12 +149,16 @@ class Engine:
             raise ValueError("an Engine needs a number of max_batch_tokens: see scorekit.models.budget")
         self.backend = backend
         self.config = config
-        self.batcher = Batcher(
+        # What the backend can do, resolved once: a task it lacks is refused before any work.
+        self._pairs = backend if isinstance(backend, PairScorer) else None
+        self._labels = backend if isinstance(backend, LabelScorer) else None
+        self._embedder = backend if isinstance(backend, Embedder) else None
+        self.batcher: Batcher[Encoded, torch.Tensor] = Batcher(
             max_batch_tokens=config.max_batch_tokens,
             max_batch_size=config.max_batch_size,
             max_queued_items=config.max_queued_items,
             max_queue_wait=config.max_queue_wait,
-            batch_efficiency=config.batch_efficiency if _cost_follows_tokens(backend) else None,
+            batch_efficiency=config.batch_efficiency if backend.batch_cost_follows_tokens else None,
             min_batch_size=config.min_batch_size,
         )
         batcher = self.batcher
@@ -136,7 +178,7 @@ class Engine:
         )
         self._observer = observer
         self._active = 0
-        self.stats = EngineStats()
+        self._stats = EngineStats()
 
     @property
     def active_requests(self) -> int:
@@ -153,28 +195,41 @@ class Engine:
         """The worker is running: work queued now will be run."""
         return self.worker.alive
 
-    async def score_pairs(
-        self, side1: list[str], side2: list[str], options: PairOptions, param_of: ParamOf
-    ) -> PairScores:
-        """One score per (side1, side2) pair, 1:N or N:N: /score and /rerank."""
+    @property
+    def health(self) -> Health:
+        """Whether work queued now will run, and why not once the worker has died: /health and Ray's probes."""
+        return Health(self.worker.alive, self.worker.death)
+
+    @property
+    def card(self) -> Card:
+        """The served model as /v1/models and the start-up log describe it."""
         backend = self.backend
-        if not isinstance(backend, PairScorer):
+        return Card(backend.name, backend.kind, backend.max_length)
+
+    def snapshot(self) -> EngineSnapshot:
+        """The engine's counters now; the worker's are read under the lock they are written under, so none is
+        half of one batch's update."""
+        batcher, stats = self.batcher, self._stats
+        worker, running = self.worker.snapshot()
+        return EngineSnapshot(batcher.queued, batcher.queued_tokens, self._active, running, worker, replace(stats))
+
+    async def score_pairs(self, side1: list[str], side2: list[str], options: PairOptions) -> PairScores:
+        """One score per (side1, side2) pair, 1:N or N:N: /score and /rerank."""
+        if self._pairs is None:
             raise self._unsupported("scoring text pairs")
-        return await self.execute(backend.plan_pairs(side1, side2, options, param_of))
+        return await self.execute(self._pairs.plan_pairs(side1, side2, options))
 
     async def label_scores(self, query: LabelQuery) -> LabelScores:
         """Label-token probabilities of the next token after each prompt: /generative_scoring."""
-        backend = self.backend
-        if not isinstance(backend, LabelScorer):
+        if self._labels is None:
             raise self._unsupported("label-token scoring")
-        return await self.execute(backend.plan_labels(query))
+        return await self.execute(self._labels.plan_labels(query))
 
-    async def embed(self, texts: list[str], options: EmbedOptions, param_of: ParamOf) -> Embeddings:
+    async def embed(self, texts: list[str], options: EmbedOptions) -> Embeddings:
         """One vector per text: /v1/embeddings and /embed."""
-        backend = self.backend
-        if not isinstance(backend, Embedder):
+        if self._embedder is None:
             raise self._unsupported("embedding texts")
-        return await self.execute(backend.plan_embed(texts, options, param_of))
+        return await self.execute(self._embedder.plan_embed(texts, options))
 
     async def execute(self, plan: Plan[R]) -> R:
         """Run one request's plan: every limit its shape decides is checked before any tokenizing, so an
@@ -189,18 +244,18 @@ class Engine:
             )
         with self.admit():
             try:
-                inputs = await self.prepare(plan.encode, chars=plan.chars)
-            except InputTooLong as exc:
-                raise self._rejected("too_long", exc.named(plan.param_of(exc.index, exc.part))) from None
+                encoding = await self.prepare(plan.encode, chars=plan.chars)
+            except InputTooLong as exc:  # its places say where it is in the request; the route names them
+                raise self._rejected("too_long", exc) from None
             except InvalidRequest as exc:
                 raise self._rejected("invalid", exc) from None
             except anyio.get_cancelled_exc_class():
                 self._observer.cancelled("tokenizing")
                 raise
-            if len(inputs) > limit:  # a chunked document's windows are known only now
-                raise self._rejected("too_many_inputs", _too_many(len(inputs), limit))
-            outputs = await self.run(inputs)
-        return plan.finish(inputs, outputs)
+            if len(encoding.inputs) > limit:  # a chunked document's windows are known only now
+                raise self._rejected("too_many_inputs", _too_many(len(encoding.inputs), limit))
+            outputs = await self.run(encoding.inputs)
+        return encoding.finish(outputs)
 
     def _rejected(self, reason: str, error: ScorekitError) -> ScorekitError:
         """``error``, counted as a request rejected for ``reason`` before any of its work ran."""
@@ -229,7 +284,7 @@ class Engine:
         (``tokens.CHUNK_CHARS``). Its time is recorded either way, by whoever ran it, when it stops: a
         request abandoned mid-tokenizing still shows what it cost.
         """
-        observer, stats = self._observer, self.stats
+        observer, stats = self._observer, self._stats
         if chars <= INLINE_TOKENIZE_CHARS:
             with _timed(observer.tokenized):
                 return tokenize(no_checkpoint)
@@ -303,14 +358,6 @@ def _timed(record: Callable[[float], None]) -> Iterator[None]:
         yield
     finally:
         record(time.perf_counter() - started)
-
-
-def _cost_follows_tokens(backend: Backend) -> bool:
-    """Whether a batch costs a fixed part plus a part per padded token, the fit that ``batch_efficiency`` cuts
-    batches by. Not for an LLM reranker: the prompts of a request share a prefix that runs once per batch, so
-    a batch costs less than its tokens say, and batches cut by that fit ran 0.53-0.62 of a raw forward's items
-    per CPU second against 0.83 filled to the caps (docs/benchmarks.md); its batches fill to the caps."""
-    return backend.kind != "llm-reranker"
 
 
 def _too_many(count: int, limit: int) -> InvalidRequest:

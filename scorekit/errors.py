@@ -24,21 +24,36 @@ class InvalidRequest(ScorekitError, ValueError):
         self.param = param
 
 
+# Where an input is in the request: (side, index). Side 0 is a pair's query side, side 1 its documents, or
+# the texts of an embedding request; the route names a place as its body spells it ("documents[3]").
+Place = tuple[int, int]
+
+
 class InputTooLong(InvalidRequest):
     """An input is over the model's maximum length and the request asked for no truncation.
 
-    ``index`` is the input's position in what the backend was given; the engine names it in the
-    message as the request spelled it (e.g. ``documents[3]``); ``param`` is vLLM's ``input_tokens``.
-    ``length`` is its token count; None when its ``chars`` alone rule it out, before tokenizing.
+    ``index`` is the input's position in what the backend was given, and ``places`` where it is in the
+    request: the text to blame, and for a pair the other text beside it (the backend's plan finds them). The
+    route names them in the message as the request spelled them (e.g. ``documents[3] (with query)``);
+    ``param`` is vLLM's ``input_tokens``. ``length`` is its token count; None when its ``chars`` alone rule
+    it out, before tokenizing.
     """
 
     def __init__(
-        self, index: int, length: int | None, maximum: int, *, chars: int = 0, name: str | None = None
+        self,
+        index: int,
+        length: int | None,
+        maximum: int,
+        *,
+        chars: int = 0,
+        places: tuple[Place, ...] = (),
+        name: str | None = None,
     ) -> None:
         self.index = index
         self.length = length
         self.chars = chars
         self.maximum = maximum
+        self.places = places
         name = name or f"Input {index}"
         size = f"{length} tokens" if length is not None else f"{chars} characters"
         super().__init__(
@@ -51,9 +66,16 @@ class InputTooLong(InvalidRequest):
     # Which text of a pair the error is about (0 the first, 1 the second), or None for the whole input.
     part: int | None = None
 
+    def at(self, places: tuple[Place, ...]) -> InputTooLong:
+        """The same error, found at ``places`` of the request."""
+        return self._remade(places, None)
+
     def named(self, name: str) -> InputTooLong:
         """The same error, its message naming the input as the request spelled it."""
-        return InputTooLong(self.index, self.length, self.maximum, chars=self.chars, name=name)
+        return self._remade(self.places, name)
+
+    def _remade(self, places: tuple[Place, ...], name: str | None) -> InputTooLong:
+        return InputTooLong(self.index, self.length, self.maximum, chars=self.chars, places=places, name=name)
 
 
 class NoRoomForDocument(InputTooLong):
@@ -64,11 +86,18 @@ class NoRoomForDocument(InputTooLong):
     part = 0
 
     def __init__(
-        self, index: int, length: int | None, specials: int | None, maximum: int, *, name: str | None = None
+        self,
+        index: int,
+        length: int | None,
+        specials: int | None,
+        maximum: int,
+        *,
+        places: tuple[Place, ...] = (),
+        name: str | None = None,
     ) -> None:
         """``specials``: the special tokens a pair adds, or None for an LLM reranker's prompt around the query."""
         self.specials = specials
-        super().__init__(index, length, maximum, name=name)
+        super().__init__(index, length, maximum, places=places, name=name)
         size = f"{length} tokens" if length is not None else f"more than {maximum} tokens"
         beside = "the reranker's prompt" if specials is None else f"the model's {specials} special tokens"
         self.message = (
@@ -78,8 +107,8 @@ class NoRoomForDocument(InputTooLong):
         )
         self.args = (self.message,)
 
-    def named(self, name: str) -> NoRoomForDocument:
-        return NoRoomForDocument(self.index, self.length, self.specials, self.maximum, name=name)
+    def _remade(self, places: tuple[Place, ...], name: str | None) -> NoRoomForDocument:
+        return NoRoomForDocument(self.index, self.length, self.specials, self.maximum, places=places, name=name)
 
 
 class TruncationTooLarge(InvalidRequest):

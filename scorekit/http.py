@@ -24,6 +24,8 @@ class Request:
     body: bytes
     state: Any
     root_path: str = ""  # the mount prefix (ASGI ``root_path``): what a path written back to the client needs
+    # The body decoded already, by a route that had to read it to pick its endpoint (/invocations).
+    decoded: msgspec.Struct | None = None
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name.lower())
@@ -75,6 +77,12 @@ async def send_response(send: Send, response: Response) -> None:
 
 def bad_request(message: str, param: str | None = None) -> HTTPError:
     return HTTPError(400, message, param=param)
+
+
+def shutting_down(message: str = "The server is shutting down.") -> HTTPError:
+    """A draining server's 503. ``Connection: close`` sends a keep-alive client (or a balancer's pooled
+    connection) to reconnect, and so to another replica, instead of queueing behind this one."""
+    return HTTPError(503, message, headers=[(b"retry-after", b"1"), (b"connection", b"close")])
 
 
 # The error ``type`` vLLM's OpenAI-compatible server uses for each status, so a client that switches on

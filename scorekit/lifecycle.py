@@ -106,7 +106,7 @@ class Lifecycle(LifecycleHooks):
         """Call ``callback`` with the status sent (None: nothing was) once the owner is done with the request.
 
         For a layer that counts answers (/metrics) and saw none go through it: the answer to a broken body is
-        sent after the app has returned, and so is a drain's cut (:class:`~scorekit.middleware.inflight.InFlight`,
+        sent after the app has returned, and so is a drain's cut (:class:`~scorekit.middleware.drain.InFlight`,
         above it), so only the owner knows at the end what went out.
         """
         if self._on_finish is None:

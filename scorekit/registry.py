@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from scorekit.engine import Engine
 from scorekit.errors import NotReady, UnknownModel
 from scorekit.settings import ModelSpec
+
+if TYPE_CHECKING:  # a type here only: the endpoints reach an engine through the registry and load no torch
+    from scorekit.engine import Engine
 
 
 @dataclass(frozen=True, slots=True)

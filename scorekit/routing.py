@@ -37,8 +37,9 @@ class Route:
 
     Two flags, false for the service routes (/health, /load, /metrics ...): ``counts_as_load``, whether the
     request counts in /load (and so holds up a drain), and ``refused_while_draining``, whether a draining
-    server turns it away (see :mod:`scorekit.middleware.drain`). ``api`` is what an error message calls the
-    endpoint ("the Rerank API").
+    server turns it away (see :mod:`scorekit.middleware.drain`). ``public``, true only for the probes a
+    balancer or a scraper polls, lets a request in without an API key (:mod:`scorekit.middleware.auth`).
+    ``api`` is what an error message calls the endpoint ("the Rerank API").
     """
 
     method: str
@@ -49,6 +50,7 @@ class Route:
     summary: str = ""
     counts_as_load: bool = True
     refused_while_draining: bool = True
+    public: bool = False
     api: str = ""
 
 
@@ -90,9 +92,11 @@ class Router:
         self.state = state
         self._errors = errors
         self.max_body_bytes = max_body_bytes
-        self.table = tuple(table)
         self._paths: dict[str, dict[str, _Target]] = {}
-        entries = self.table
+        # The last lookup, (method, path, root_path) -> its result: the layers above the router that act on the
+        # route and the router itself look the same request up in turn, and find it matched once.
+        self._last: tuple[tuple[str, str, str], _Target | dict[str, _Target] | None] | None = None
+        entries = tuple(table)
         for entry in entries:
             if isinstance(entry, Route):
                 self._paths.setdefault(entry.path, {})[entry.method] = _Target(entry, None)
@@ -108,7 +112,7 @@ class Router:
             return
         try:
             try:
-                target = self._match(scope)
+                target = self._target(scope)
                 lifecycle = lifecycle_hooks(scope)
                 if lifecycle is not None and target.route.counts_as_load:
                     lifecycle.set_route(target.route.path)
@@ -124,20 +128,32 @@ class Router:
     def route_of(self, scope: Scope) -> Route | None:
         """The route an HTTP request will reach (through its alias, if any); None: a 404 or a 405.
 
-        For the middleware above the router that act on the route (the drain gate, request metrics)."""
-        methods = self._paths.get(_route_path(scope))
-        target = methods.get(scope["method"]) if methods is not None else None
-        return target.route if target is not None else None
+        For the middleware above the router that act on the route (the drain gate, the API-key gate, request
+        metrics)."""
+        found = self._match(scope)
+        return found.route if isinstance(found, _Target) else None
 
-    def _match(self, scope: Scope) -> _Target:
-        methods = self._paths.get(_route_path(scope))
-        if methods is None:
+    def _target(self, scope: Scope) -> _Target:
+        found = self._match(scope)
+        if found is None:
             raise HTTPError(404, f"Route {_echo(_public_path(scope))} not found.")
-        target = methods.get(scope["method"])
-        if target is None:
-            allow = ", ".join(sorted(methods)).encode()
+        if not isinstance(found, _Target):
+            allow = ", ".join(sorted(found)).encode()
             raise HTTPError(405, f"Method {_echo(scope['method'])} not allowed.", headers=[(b"allow", allow)])
-        return target
+        return found
+
+    def _match(self, scope: Scope) -> _Target | dict[str, _Target] | None:
+        """The request's target; the methods its path takes when it takes none of the request's (a 405); None
+        when no route has its path (a 404). The result is a function of the key alone, so the one remembered
+        is right for any request with that key, whichever request looked it up."""
+        key = (scope["method"], scope["path"], scope.get("root_path", ""))
+        last = self._last
+        if last is not None and last[0] == key:
+            return last[1]
+        methods = self._paths.get(_route_path(scope))
+        found = methods.get(key[0], methods) if methods is not None else None
+        self._last = (key, found)
+        return found
 
     async def _call_endpoint(self, route: Route, scope: Scope, receive: Receive) -> Response:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
@@ -185,7 +201,7 @@ def _route_path(scope: Scope) -> str:
     """Starlette's Mount keeps the full path and moves the prefix into root_path; strip it."""
     path: str = scope["path"]
     root = scope.get("root_path", "")
-    if root and path.startswith(root):
+    if root and _under(path, root):
         return path[len(root) :] or "/"
     return path
 
@@ -194,7 +210,13 @@ def _public_path(scope: Scope) -> str:
     """The path as the client sent it, mount prefix included (servers differ on whether ``path`` has it)."""
     path: str = scope["path"]
     root: str = scope.get("root_path", "")
-    return path if path.startswith(root) else root + path
+    return path if _under(path, root) else root + path
+
+
+def _under(path: str, root: str) -> bool:
+    """Whether ``path`` starts with the mount prefix ``root`` at a segment's end: "/sc" prefixes "/sc" and
+    "/sc/rerank", never "/scoring/rerank" (a path a server gave without the prefix)."""
+    return path.startswith(root) and (len(path) == len(root) or path[len(root)] == "/" or root.endswith("/"))
 
 
 def _echo(text: str) -> str:

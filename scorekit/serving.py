@@ -1,6 +1,6 @@
 """Running a built app under uvicorn: the draining shutdown and the server's own settings.
 
-``scorekit serve`` (cli.py) parses flags into :class:`~scorekit.settings.Settings` and hands the app here;
+``scorekit serve`` (cli/) parses flags into :class:`~scorekit.settings.Settings` and hands the app here;
 everything about the HTTP server process (signals, drain, timeouts, connection limits) lives in this module.
 """
 
@@ -45,7 +45,7 @@ class _DrainingServer(uvicorn.Server):
         # Not uvicorn's handler: it would re-raise the signal once serving ends (a KeyboardInterrupt
         # traceback and a non-zero status after an orderly shutdown).
         if self._drain_deadline is None:
-            self._scorekit.begin_drain()
+            self._scorekit.drain.begin()
             self._drain_deadline = time.monotonic() + self._scorekit.settings.shutdown_timeout
         else:
             self._forced = True
@@ -83,7 +83,7 @@ class _DrainingServer(uvicorn.Server):
     async def _cut(self, why: str) -> None:
         """Answer what is still running with a JSON 503 now, so uvicorn has nothing left to cancel (it would
         answer a plain-text 500 and log a traceback per request)."""
-        cut = await self._scorekit.cut_in_flight(CUT_GRACE_S)
+        cut = await self._scorekit.drain.cut(CUT_GRACE_S)
         logger.warning("%s: answered the %d request(s) still in flight with 503 and shutting down", why, cut)
         self.config.timeout_graceful_shutdown = math.ceil(CUT_GRACE_S)
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
+
+from scorekit.choices import RUNTIMES, Runtime, runtime_error
 
 ModelKind = Literal["cross-encoder", "bi-encoder", "causal-lm", "llm-reranker"]
 MODEL_KINDS: tuple[ModelKind, ...] = get_args(ModelKind)
@@ -14,12 +16,6 @@ MODEL_KINDS: tuple[ModelKind, ...] = get_args(ModelKind)
 # What an over-long document gets when the request asks nothing: vLLM's 400, or scoring by its best window.
 LongDocuments = Literal["error", "chunk"]
 LONG_DOCUMENTS: tuple[LongDocuments, ...] = get_args(LongDocuments)
-
-# What runs a bi-encoder's or cross-encoder's forward: the torch module, its ONNX export in ONNX Runtime (the
-# onnx extra; CPU and float32 only, see choices.runtime_error) or in OpenVINO (the openvino extra; CPU, float32 or
-# bfloat16), or its TorchScript trace (any device and dtype).
-Runtime = Literal["torch", "onnx", "openvino", "torchscript"]
-RUNTIMES: tuple[Runtime, ...] = get_args(Runtime)
 
 # What the embedded default model answers to in `model` fields and /v1/models.
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -95,6 +91,10 @@ class ModelSpec:
             _at_least(self, "max_model_len", 1)
         if self.name is not None and not self.name.strip():
             raise ValueError("ModelSpec.name must not be empty")
+        # What a runtime cannot serve on this device, in this dtype or (when given) of this kind is refused here, so
+        # the CLI says so while parsing; a kind detected from the model's config is checked when it loads.
+        if (error := runtime_error(self.runtime, kind=self.kind, device=self.device, dtype=self.dtype)) is not None:
+            raise ValueError(error)
 
     @property
     def served_name(self) -> str:
@@ -103,26 +103,15 @@ class ModelSpec:
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """The server's settings. One model is given by ``model`` and the fields after it (the shorthand);
-    several by ``models``, which then replaces them (the first is the default for requests that name none)."""
+    """The server's settings: the models it serves (the first is the default for requests that name none) and
+    what applies to the whole server. :meth:`for_model` builds them for one model in one call."""
 
-    model: str | None = None  # None: the embedded all-MiniLM-L6-v2
-    served_model_name: str | None = None
-    kind: ModelKind | None = None  # None: detected from the model's config
-    device: str = "cpu"
-    dtype: str = "auto"
-    runtime: Runtime = "torch"
-    cache_dir: str | None = None  # see ModelSpec
-    engine: EngineConfig = field(default_factory=EngineConfig)
+    models: tuple[ModelSpec, ...] = field(default_factory=lambda: (ModelSpec(),))  # the embedded all-MiniLM-L6-v2
     max_body_bytes: int = 16 << 20
     max_items_per_request: int = 10_000
     shutdown_timeout: float = 30.0
     limit_concurrency: int = 0  # most open connections; 0: derived from the open-file limit (connections.py)
     header_timeout: float = 10.0  # seconds a connection gets to send a complete request head
-    models: tuple[ModelSpec, ...] = ()
-    max_model_len: int | None = None  # the one model's cap (see ModelSpec)
-    trust_remote_code: bool = False
-    reranker_template: str | None = None  # the one model's (see ModelSpec)
     long_documents: LongDocuments = "error"  # the default of requests that do not set max_chunks_per_doc
     chunk_overlap: int = 32  # tokens a document's window shares with the one before it
     # Keys a request must bring as `Authorization: Bearer <key>` (the probes stay open); (): no keys asked.
@@ -141,44 +130,31 @@ class Settings:
         _at_least(self, "limit_concurrency", 0)
         _seconds(self, "shutdown_timeout", zero=True)
         _seconds(self, "header_timeout", zero=False)
-        _check_kind(self, self.kind)
-        _check_runtime(self, self.runtime)
-        if self.max_model_len is not None:
-            _at_least(self, "max_model_len", 1)
         if self.long_documents not in LONG_DOCUMENTS:
             raise ValueError(
                 f"Settings.long_documents must be one of {', '.join(LONG_DOCUMENTS)}, not {self.long_documents!r}"
             )
         _at_least(self, "chunk_overlap", 0)
-        shorthand = (self.model, self.served_model_name, self.kind, self.max_model_len, self.reranker_template)
-        if self.models and (any(value is not None for value in shorthand) or self.trust_remote_code):
-            raise ValueError(
-                "Settings.models replaces model, served_model_name, kind, max_model_len, reranker_template and"
-                " trust_remote_code: give one or the other"
-            )
+        models = self.models
+        if not isinstance(models, tuple) or not models or not all(isinstance(spec, ModelSpec) for spec in models):
+            raise ValueError(f"Settings.models must be a tuple of at least one ModelSpec, not {self.models!r}")
         names = [spec.served_name for spec in self.models]
         if len(set(names)) < len(names):
             twice = sorted({name for name in names if names.count(name) > 1})
             raise ValueError(f"Settings.models serves two models under one name: {', '.join(twice)}")
 
-    def served_models(self) -> tuple[ModelSpec, ...]:
-        """Every served model, the default first."""
-        if self.models:
-            return self.models
-        spec = ModelSpec(
-            self.model,
-            self.served_model_name,
-            self.kind,
-            self.device,
-            self.dtype,
-            self.engine,
-            self.max_model_len,
-            self.trust_remote_code,
-            self.reranker_template,
-            self.runtime,
-            self.cache_dir,
-        )
-        return (spec,)
+    @classmethod
+    def for_model(cls, path: str | None = None, /, **given: Any) -> Settings:
+        """One served model: ``path`` and :class:`ModelSpec`'s other fields (``name``, ``kind``, ``device``,
+        ``engine``...) by name, with the server's own fields beside them, as in
+        ``Settings.for_model("./my-reranker", name="reranker", max_body_bytes=1 << 20)``."""
+        if "models" in given:
+            raise ValueError("Settings.for_model serves one model: give several as Settings(models=...)")
+        spec = {name: given.pop(name) for name in _SPEC_FIELDS if name in given}
+        return cls(models=(ModelSpec(path, **spec),), **given)
+
+
+_SPEC_FIELDS = tuple(spec.name for spec in fields(ModelSpec) if spec.name != "path")
 
 
 def _at_least(settings: object, name: str, low: int) -> None:

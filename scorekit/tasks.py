@@ -7,15 +7,11 @@ embedding is (pooling, normalization).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 TruncationSide = Literal["left", "right"]
-
-# Names an input as the request spelled it, for an error: (side, index) -> "documents[3]". Side 0 is the
-# query side of a pair, side 1 the document side; a label-scoring request has only side 1, its items.
-ParamOf = Callable[[int, int], str]
 
 
 @dataclass(frozen=True, slots=True)

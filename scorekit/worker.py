@@ -25,7 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -54,6 +54,12 @@ class WorkerStats:
     most_busy: int = 0  # the most batches that ran at once (1, or up to the worker's threads)
     recent_batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=4096))
     recent_batch_jobs: deque[int] = field(default_factory=lambda: deque(maxlen=4096))
+
+    def copy(self) -> WorkerStats:
+        """A copy that later batches leave alone."""
+        return replace(
+            self, recent_batch_sizes=self.recent_batch_sizes.copy(), recent_batch_jobs=self.recent_batch_jobs.copy()
+        )
 
 
 class ModelWorker:
@@ -96,6 +102,12 @@ class ModelWorker:
     def alive(self) -> bool:
         """Every thread runs: one that died took the worker with it (the queue is closed)."""
         return all(thread.is_alive() for thread in self._threads)
+
+    def snapshot(self) -> tuple[WorkerStats, int]:
+        """A copy of the counters and how many batches run now, read together under the lock both are written
+        under: neither is half of one batch's update."""
+        with self._lock:
+            return self.stats.copy(), self._busy
 
     def start(self) -> None:
         self._cpu_threads = torch.get_num_threads()
@@ -157,8 +169,7 @@ class ModelWorker:
         logger.debug("batch: %d items from %d requests, %d padded tokens", len(batch), len(jobs), tokens)
         started = time.perf_counter()
         try:
-            with torch.inference_mode():
-                outputs = self.backend.forward([item.encoded for item in batch])
+            outputs = self.backend.forward([item.encoded for item in batch])  # under inference_mode (base.inference)
         except Exception as exc:
             logger.exception("the model failed on a batch of %d items", len(batch))
             with self._lock:

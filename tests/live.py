@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import json
 import math
 import socket
@@ -27,6 +26,7 @@ from scorekit.asgi import ASGIApp, Message, Receive, Scope, Send
 
 if TYPE_CHECKING:
     from scorekit.app import ScorekitApp
+    from scorekit.engine import EngineSnapshot
     from scorekit.worker import WorkerStats
 
 SERVERS = ("uvicorn", "hypercorn", "granian")
@@ -330,18 +330,20 @@ def settled_stats(app: ScorekitApp) -> WorkerStats:
     still runs after its answer, so counters read while work may run can be short, or half of one update."""
     engine = app.engine
     assert engine is not None
-    worker = engine.worker
+    settled: list[EngineSnapshot] = []
 
     def idle() -> bool:
-        with worker._lock:  # the lock the counters and the busy count are written under
-            return app.load.routed == 0 and engine.batcher.queued == 0 and worker._busy == 0
+        now = engine.snapshot()  # its counters read with the busy count, under the lock both are written under
+        if app.load.routed == 0 and now.idle:
+            settled.append(now)
+            return True
+        return False
 
     # Twice, a moment apart: a thread that has just taken a batch off the queue counts itself busy a moment later.
     assert wait_for(idle)
     time.sleep(0.05)
     assert wait_for(idle)
-    with worker._lock:
-        return copy.deepcopy(worker.stats)
+    return settled[-1].worker
 
 
 def settled_items(app: ScorekitApp) -> int:

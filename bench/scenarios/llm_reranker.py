@@ -85,7 +85,7 @@ def run(ctx: Context) -> dict[str, Any]:
 
 
 def _encode(backend: LLMRerankerBackend, query: str, docs: list[str]) -> list[Encoded]:
-    return backend.plan_pairs([query], docs, PairOptions(), lambda side, i: f"{side}:{i}").encode(no_checkpoint)
+    return backend.plan_pairs([query], docs, PairOptions()).encode(no_checkpoint).inputs
 
 
 def _raw_rate(

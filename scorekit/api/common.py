@@ -6,7 +6,8 @@ import logging
 import re
 import time
 import uuid
-from functools import cache
+from collections.abc import Callable
+from functools import cache, partial
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -29,7 +30,10 @@ _MISSING = re.compile(r"missing required field `([A-Za-z_0-9]+)`")
 INLINE_DECODE_BYTES = 256 << 10
 
 
-# Any JSON body, an object's or an array's values left undecoded (msgspec skims them): what /invocations reads.
+# Any JSON body as plain values, converted into a Struct where the keys matter before the Struct is known.
+_PLAIN: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
+# Any JSON body, an object's or an array's values left undecoded (msgspec skims them): its keys, when the plain
+# decode refuses a value that a Struct's decoder would name (a number no Python float holds, a nesting too deep).
 _Skimmed = dict[str, msgspec.Raw] | list[msgspec.Raw] | str | int | float | bool | None
 _SKIM: msgspec.json.Decoder[_Skimmed] = msgspec.json.Decoder(_Skimmed)
 
@@ -46,22 +50,54 @@ async def decode(request: Request, kind: type[S], *, parsed_in_handler: bool = F
     A body vLLM refuses before its handler runs is FastAPI's validation error, which vLLM answers with
     type "Bad Request" and param the place in the body ("body.top_n"). ``parsed_in_handler`` is for the
     route whose handler vLLM lets parse the body itself (/generative_scoring): there a bad body is a plain
-    ValueError, BadRequestError with no param."""
-    decoded: S = await _decode(request, _decoder(kind), parsed_in_handler)
+    ValueError, BadRequestError with no param.
+
+    A body a route has decoded already (``request.decoded``, /invocations') is not decoded again."""
+    if isinstance(request.decoded, kind):
+        return request.decoded
     if logger.isEnabledFor(logging.DEBUG):
-        _log_ignored_fields(request.body, kind)
+        return await _decode(request, partial(_noting_ignored, kind), parsed_in_handler)
+    return await _decode(request, _decoder(kind).decode, parsed_in_handler)
+
+
+def _noting_ignored(kind: type[S], body: bytes) -> S:
+    """The typed body from the one decode that also finds the fields it ignores, which are logged (debug)."""
+    try:
+        plain = _PLAIN.decode(body)
+        decoded: S = msgspec.convert(plain, kind)
+    except (msgspec.MsgspecError, RecursionError):
+        typed: msgspec.json.Decoder[S] = _decoder(kind)
+        return typed.decode(body)  # a body it refuses, refused in the typed decoder's own words
+    ignored = sorted(set(plain) - set(kind.__struct_fields__))
+    if ignored:
+        logger.debug("The following fields were present in the request but ignored: %s", ignored)
     return decoded
 
 
-async def body_keys(request: Request) -> frozenset[str] | None:
-    """The keys of a JSON object body, read without decoding their values; None for JSON that is not an object.
-    A body that is not JSON at all is refused exactly as /score refuses it (:func:`decode`)."""
-    skimmed = await _decode(request, _SKIM, parsed_in_handler=False)
-    return frozenset(skimmed) if isinstance(skimmed, dict) else None
+Choose = Callable[[frozenset[str] | None], type[msgspec.Struct]]
 
 
-async def _decode(request: Request, decoder: msgspec.json.Decoder[T], parsed_in_handler: bool) -> T:
-    """``decoder`` run on the body: inline when small, else in a thread once the server's
+async def decode_by_keys(request: Request, choose: Choose) -> tuple[type[msgspec.Struct], msgspec.Struct | None]:
+    """The body decoded once into the Struct that ``choose`` picks from its keys (None: JSON that is not an
+    object). A body that is not JSON at all is refused exactly as /score refuses it; a body the chosen Struct
+    refuses comes back as None, for the route's own :func:`decode` to refuse in that route's words."""
+    return await _decode(request, partial(_chosen, choose), parsed_in_handler=False)
+
+
+def _chosen(choose: Choose, body: bytes) -> tuple[type[msgspec.Struct], msgspec.Struct | None]:
+    try:
+        plain: Any = _PLAIN.decode(body)
+    except (msgspec.ValidationError, RecursionError):
+        plain = _SKIM.decode(body)  # valid JSON whose plain values are refused: its keys, for choose
+    kind = choose(frozenset(plain) if isinstance(plain, dict) else None)
+    try:
+        return kind, msgspec.convert(plain, kind)
+    except msgspec.ValidationError:
+        return kind, None
+
+
+async def _decode(request: Request, parse: Callable[[bytes], T], parsed_in_handler: bool) -> T:
+    """``parse`` run on the body: inline when small, else in a thread once the server's
     :class:`~scorekit.api.decoding.DecodeBudget` has room for it; a body that cannot be taken is a 400."""
     media_type = (request.header("content-type") or "").split(";")[0].strip().lower()
     if media_type != "application/json":
@@ -71,12 +107,12 @@ async def _decode(request: Request, decoder: msgspec.json.Decoder[T], parsed_in_
     body = request.body
     try:
         if len(body) <= INLINE_DECODE_BYTES:
-            return decoder.decode(body)
+            return parse(body)
         budget: DecodeBudget | None = request.state.decoding if request.state is not None else None
         if budget is None:
-            return await anyio.to_thread.run_sync(decoder.decode, body)
+            return await anyio.to_thread.run_sync(parse, body)
         async with budget.hold(len(body)):
-            return await anyio.to_thread.run_sync(decoder.decode, body)
+            return await anyio.to_thread.run_sync(parse, body)
     except msgspec.ValidationError as exc:
         message = str(exc)
         found = _FIELD_AT.search(message) or _MISSING.search(message)
@@ -92,13 +128,6 @@ def _refused(message: str, place: str, parsed_in_handler: bool) -> HTTPError:
     if parsed_in_handler:
         return bad_request(message)
     return HTTPError(400, message, param=place, error_type="Bad Request")
-
-
-def _log_ignored_fields(body: bytes, kind: type[msgspec.Struct]) -> None:
-    raw: Any = msgspec.json.decode(body)
-    ignored = sorted(set(raw) - set(kind.__struct_fields__))
-    if ignored:
-        logger.debug("The following fields were present in the request but ignored: %s", ignored)
 
 
 def response_id(request: Request, prefix: str, body_id: str | None = None) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import msgspec
 
 from scorekit.api.common import check_count, decode
+from scorekit.api.errors import Spelling, spelled
 from scorekit.api.state import ServerState
 from scorekit.http import Request, Response, bad_request
 from scorekit.schemas import EmbedRequest
@@ -27,5 +28,6 @@ async def embed(request: Request) -> Response:
     check_count(state, len(texts), "inputs")
     side: TruncationSide = "left" if body.truncation_direction.lower() == "left" else "right"
     options = EmbedOptions(-1 if body.truncate else None, side, body.normalize)
-    result = await engine.embed(texts, options, lambda _, i: f"inputs[{i}]")
+    with spelled(Spelling("inputs")):
+        result = await engine.embed(texts, options)
     return Response(msgspec.json.encode(result.vectors))

@@ -6,6 +6,7 @@ import base64
 import struct
 
 from scorekit.api.common import check_count, decode, now, response_id
+from scorekit.api.errors import Spelling, spelled
 from scorekit.api.state import ServerState
 from scorekit.http import Request, bad_request
 from scorekit.schemas import EmbeddingData, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
@@ -27,7 +28,8 @@ async def embeddings(request: Request) -> EmbeddingResponse:
         )
     check_count(state, len(texts), "input")
     options = EmbedOptions(body.truncate_prompt_tokens, body.truncation_side)
-    result = await engine.embed(texts, options, lambda side, i: f"input[{i}]")
+    with spelled(Spelling("input")):
+        result = await engine.embed(texts, options)
     as_base64 = body.encoding_format == "base64"
     return EmbeddingResponse(
         id=response_id(request, "embd"),

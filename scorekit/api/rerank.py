@@ -9,6 +9,7 @@ import msgspec
 from msgspec import UNSET
 
 from scorekit.api.common import check_count, chunks_of, decode, pair_options, response_id
+from scorekit.api.errors import Spelling, spelled
 from scorekit.api.state import ServerState
 from scorekit.api.tei_rerank import tei_rerank
 from scorekit.http import Request, Response, bad_request
@@ -53,9 +54,8 @@ async def rerank(request: Request) -> RerankResponse | Response:
     check_count(state, len(documents), "documents")
     texts = [doc if isinstance(doc, str) else doc.text for doc in documents]
     options = pair_options(body, state.settings)
-    result = await engine.score_pairs(
-        [body.query], texts, options, lambda side, i: "query" if side == 0 else f"documents[{i}]"
-    )
+    with spelled(Spelling("documents")):
+        result = await engine.score_pairs([body.query], texts, options)
     scores, tokens = result.scores, result.prompt_tokens
     chunks = chunks_of(body, result)
     order = sorted(range(len(texts)), key=lambda i: -scores[i])  # stable: ties keep input order

@@ -31,10 +31,27 @@ from scorekit.schemas import (
 
 
 def _service(
-    path: str, endpoint: Endpoint, summary: str, returns: type[msgspec.Struct] | None = None, method: str = "GET"
+    path: str,
+    endpoint: Endpoint,
+    summary: str,
+    returns: type[msgspec.Struct] | None = None,
+    method: str = "GET",
+    *,
+    public: bool = False,
 ) -> Route:
-    """A request that is not scoring work: never load, and open while the server drains."""
-    return Route(method, path, endpoint, None, returns, summary, counts_as_load=False, refused_while_draining=False)
+    """A request that is not scoring work: never load, and open while the server drains. ``public``: a probe
+    that a balancer or a scraper polls, open without an API key too."""
+    return Route(
+        method,
+        path,
+        endpoint,
+        None,
+        returns,
+        summary,
+        counts_as_load=False,
+        refused_while_draining=False,
+        public=public,
+    )
 
 
 ROUTES: tuple[Route | Alias, ...] = (
@@ -78,14 +95,14 @@ ROUTES: tuple[Route | Alias, ...] = (
         "Embed texts (TEI shape): a list of vectors.",
         api="Embed",
     ),
-    _service("/health", health, "200 while every model's worker is alive."),
-    _service("/load", load, "Scoring requests in flight.", returns=LoadResponse),
+    _service("/health", health, "200 while every model's worker is alive.", public=True),
+    _service("/load", load, "Scoring requests in flight.", returns=LoadResponse, public=True),
     _service("/v1/models", models, "The served models.", returns=ModelList),
-    _service("/metrics", metrics, "Prometheus metrics."),
+    _service("/metrics", metrics, "Prometheus metrics.", public=True),
     _service("/openapi.json", openapi, "This document."),
     # vLLM's extras: SageMaker's health check and single route, and the version.
-    _service("/ping", health, "Same as /health (SageMaker's health check)."),
-    _service("/ping", health, "Same as /health (SageMaker's health check).", method="POST"),
+    _service("/ping", health, "Same as /health (SageMaker's health check).", public=True),
+    _service("/ping", health, "Same as /health (SageMaker's health check).", method="POST", public=True),
     _service("/version", version, "The server's version.", returns=VersionResponse),
     Route("POST", "/invocations", invocations, None, None, "Score, rerank or generative scoring, by the body's shape."),
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from msgspec import UNSET
 
 from scorekit.api.common import check_count, chunks_of, decode, now, pair_options, response_id
+from scorekit.api.errors import Spelling, spelled
 from scorekit.api.state import ServerState
 from scorekit.http import Request, bad_request
 from scorekit.schemas import ScoreData, ScoreRequest, ScoreResponse, TextSide, Usage
@@ -21,7 +22,8 @@ async def score(request: Request) -> ScoreResponse:
     names, side1, side2 = _sides(body)
     check_count(state, max(len(side1), len(side2)), names[1])
     options = pair_options(body, state.settings)
-    result = await engine.score_pairs(side1, side2, options, lambda side, i: f"{names[side]}[{i}]")
+    with spelled(Spelling(names[1], names[0], query_is_list=True)):
+        result = await engine.score_pairs(side1, side2, options)
     chunks = chunks_of(body, result)
     return ScoreResponse(
         id=response_id(request, "score"),

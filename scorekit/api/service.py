@@ -9,8 +9,8 @@ from pathlib import Path
 import msgspec
 
 from scorekit import __version__
-from scorekit.api.state import ServerState, shutting_down
-from scorekit.http import HTTPError, Request, Response
+from scorekit.api.state import ServerState
+from scorekit.http import HTTPError, Request, Response, shutting_down
 from scorekit.metrics import CONTENT_TYPE
 from scorekit.schemas import LoadResponse, ModelCard, ModelList, ModelPermission, VersionResponse
 
@@ -20,11 +20,11 @@ async def health(request: Request) -> Response:
     takes a replica with one dead model out of rotation: its requests would fail here and succeed elsewhere."""
     state: ServerState = request.state
     for served in state.models:
-        death = served.engine.worker.death if served.engine is not None else None
+        death = served.engine.health.death if served.engine is not None else None
         if death is not None:
             whose = "model" if len(state.models.names) == 1 else f"model `{served.name}`"
             raise HTTPError(503, f"The {whose} worker died: {type(death).__name__}.")
-    if state.draining:
+    if state.draining():
         raise shutting_down()
     for name in state.models.names:
         state.models.resolve(name)  # NotReady (503) while a model is still loading
@@ -45,8 +45,8 @@ async def models(request: Request) -> ModelList:
         ModelCard(
             id=served.name,
             created=state.started_at,
-            root=_weights_root(served.engine.backend.name if served.engine else served.spec.path or ""),
-            max_model_len=served.engine.backend.max_length if served.engine else 0,
+            root=_weights_root(served.engine.card.name if served.engine else served.spec.path or ""),
+            max_model_len=served.engine.card.max_length if served.engine else 0,
             permission=[ModelPermission(id=f"modelperm-{uuid.uuid4().hex}", created=state.started_at)],
         )
         for served in state.models

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from scorekit.api.decoding import DecodeBudget
-from scorekit.http import HTTPError
 from scorekit.load import LoadCounter
 from scorekit.metrics import Metrics
 from scorekit.registry import ModelRegistry
@@ -19,13 +19,9 @@ class ServerState:
     models: ModelRegistry
     load: LoadCounter
     metrics: Metrics
-    draining: bool = False
+    # Whether the server drains (/health answers 503 then): the app hands in its drain's flag, which lives
+    # with the middleware that act on it.
+    draining: Callable[[], bool] = lambda: False
     openapi: bytes = b"{}"
     started_at: int = field(default_factory=lambda: int(time.time()))
     decoding: DecodeBudget = field(default_factory=DecodeBudget)  # the bytes of bodies being decoded at once
-
-
-def shutting_down(message: str = "The server is shutting down.") -> HTTPError:
-    """A draining server's 503. ``Connection: close`` sends a keep-alive client (or a balancer's pooled
-    connection) to reconnect, and so to another replica, instead of queueing behind this one."""
-    return HTTPError(503, message, headers=[(b"retry-after", b"1"), (b"connection", b"close")])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import msgspec
 
 from scorekit.api.common import check_count, decode
+from scorekit.api.errors import Spelling, spelled
 from scorekit.api.state import ServerState
 from scorekit.http import Request, Response, bad_request
 from scorekit.schemas import TeiRank, TeiRerankRequest
@@ -34,9 +35,8 @@ async def tei_rerank(request: Request) -> Response:
         False if body.raw_scores else None,
         chunking=None if body.truncate else chunking,
     )
-    result = await engine.score_pairs(
-        [body.query], body.texts, options, lambda side, i: "query" if side == 0 else f"texts[{i}]"
-    )
+    with spelled(Spelling("texts")):
+        result = await engine.score_pairs([body.query], body.texts, options)
     scores = result.scores
     order = sorted(range(len(scores)), key=lambda i: -scores[i])  # stable: ties keep input order
     ranks = [TeiRank(i, scores[i], body.texts[i] if body.return_text else None) for i in order]

@@ -4,15 +4,20 @@ Ray Serve's defaults fight a batching server: ``max_ongoing_requests`` is 5, so 
 enough requests to fill a batch, and autoscaling aims at 2 requests per replica. Here the cap comes from
 the engine's own admission limit (Ray then queues past it instead of the engine answering 503), and the
 autoscaling target from a batch's worth of requests, kept below the cap so a replica has headroom while
-another starts. This module imports no Ray: the CLI checks its flags with it before Ray loads.
+another starts. This module imports no Ray: the CLI checks its flags with it (:meth:`RayOptions.from_flags`)
+before Ray loads.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 from scorekit.settings import Settings
+
+# The flags of scorekit's own server that Ray's proxy, which takes the connections, would ignore.
+NOT_ON_RAY = ("limit-concurrency", "header-timeout")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +68,68 @@ class RayOptions:
         if self.probe_port is not None and not 1 <= self.probe_port <= 65535:
             raise ValueError(f"probe_port must be a port number, not {self.probe_port}")
 
+    @classmethod
+    def from_flags(
+        cls,
+        settings: Settings,
+        *,
+        given: Collection[str],
+        replicas: int,
+        min_replicas: int | None,
+        max_replicas: int | None,
+        target_ongoing: int | None,
+        max_ongoing: int | None,
+        num_gpus: float,
+        num_cpus: float,
+        probe_host: str,
+        probe_port: int | None,
+    ) -> RayOptions:
+        """``scorekit serve --ray``'s flags as options for ``settings``, with every combination Ray would refuse,
+        or silently ignore, refused as a ValueError in the flags' words. ``given``: the flags the user set (on the
+        command line or in the environment), by name: some are refused when set at all, even to their default;
+        ``target_ongoing`` and ``max_ongoing`` are the requests per replica (None: sized from the engines)."""
+        if ignored := [name for name in NOT_ON_RAY if name in given]:
+            raise ValueError(
+                f"--{ignored[0]} limits scorekit's own server; with --ray, Ray's proxy takes the connections"
+            )
+        devices = {spec.device for spec in settings.models}
+        if any(device.startswith("cuda:") for device in devices):
+            raise ValueError("--device cuda:N picks one GPU, but Ray gives each replica its own: use --device cuda")
+        if num_gpus > 0 and devices != {"cuda"}:
+            raise ValueError("--num-gpus gives each replica a GPU: add --device cuda")
+        scaling = {"min-replicas", "target-ongoing-requests"} & set(given)
+        if scaling and max_replicas is None:
+            raise ValueError(f"--{sorted(scaling)[0]} autoscales: add --max-replicas")
+        if max_replicas is not None and "replicas" in given:
+            raise ValueError("--replicas is a fixed count and --max-replicas autoscales: give one of them")
+        low = 1 if min_replicas is None else min_replicas
+        if max_replicas is not None and low > max_replicas:
+            raise ValueError(f"--min-replicas ({low}) is above --max-replicas ({max_replicas})")
+        autoscaling = None if max_replicas is None else Autoscaling(low, max_replicas, target_ongoing)
+        options = cls(
+            replicas=replicas,
+            autoscaling=autoscaling,
+            num_gpus=num_gpus,
+            num_cpus=num_cpus,
+            max_ongoing_requests=max_ongoing,
+            probe_host=probe_host,
+            probe_port=probe_port,
+        )
+        target, cap = target_ongoing_requests(settings, options), max_ongoing_requests(settings, options)
+        if autoscaling is not None and target >= cap:
+            raise ValueError(
+                f"--target-ongoing-requests ({target}) must be below --max-ongoing-requests"
+                f" ({cap}, by default --max-concurrent-requests)"
+            )
+        return options
+
 
 def max_ongoing_requests(settings: Settings, options: RayOptions) -> int:
     """Requests Ray sends one replica at once: the smallest engine admission limit, so that no engine answers
     503 for a request Ray could have queued (Ray's default, 5, would starve the batcher)."""
     if options.max_ongoing_requests is not None:
         return options.max_ongoing_requests
-    return min(spec.engine.max_concurrent_requests for spec in settings.served_models())
+    return min(spec.engine.max_concurrent_requests for spec in settings.models)
 
 
 def target_ongoing_requests(settings: Settings, options: RayOptions) -> int:
@@ -77,13 +137,13 @@ def target_ongoing_requests(settings: Settings, options: RayOptions) -> int:
     more than that in flight is the signal to add one; at most half the cap, so Ray scales before it queues."""
     if options.autoscaling is not None and options.autoscaling.target_ongoing_requests is not None:
         return options.autoscaling.target_ongoing_requests
-    batch = max(spec.engine.max_batch_size for spec in settings.served_models())
+    batch = max(spec.engine.max_batch_size for spec in settings.models)
     return max(1, min(batch, max_ongoing_requests(settings, options) // 2))
 
 
 def deployment_options(settings: Settings, options: RayOptions) -> dict[str, Any]:
     """Keyword arguments for ``ray.serve.deployment``."""
-    auto = [spec for spec in settings.served_models() if spec.engine.max_batch_tokens is None]
+    auto = [spec for spec in settings.models if spec.engine.max_batch_tokens is None]
     if 0 < options.num_gpus < 1 and any(spec.device.startswith("cuda") for spec in auto):
         # Each replica would size its batches for the GPU's free memory as if it were alone on it.
         raise ValueError(

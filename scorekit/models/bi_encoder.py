@@ -10,21 +10,17 @@ import torch
 from torch.nn import functional
 from transformers import AutoModel
 
-from scorekit.tasks import Embeddings, EmbedOptions, PairOptions, PairScores, ParamOf
+from scorekit.errors import Place
+from scorekit.tasks import Embeddings, EmbedOptions, PairOptions, PairScores
 
-from .base import Checkpoint, Encoded, ModelKind, Plan, TruncationSide, no_checkpoint
-from .loading import (
-    Source,
-    check_pair_options,
-    load_model,
-    load_tokenizer,
-    pad_batch,
-    pad_token_id,
-    read_max_length,
-)
-from .pairs import Pairing
+from .base import Checkpoint, Encoded, Encoding, ModelKind, Plan, TruncationSide, inference, located, no_checkpoint
+from .files import Source
+from .loaded import LoadedModel
+from .padding import pad_batch
+from .pairs import Pairing, check_pair_options
 from .runtime import TORCH, ModelRuntime
-from .tokens import Meter, TextTokenizer, cut_texts, encode_texts, limits
+from .tokens import Meter
+from .truncation import cut_texts, encode_texts, limits
 
 Pooling = Literal["mean", "mean_sqrt_len_tokens", "cls", "max", "lasttoken"]
 # The pooling names sentence-transformers saves.
@@ -46,12 +42,13 @@ _LEGACY_FLAGS = {
 }
 
 
-class BiEncoderBackend:
+class BiEncoderBackend(LoadedModel):
     """An ``AutoModel`` plus the folder's pooling config; each text gets one pooled vector, normalised when
     the folder's modules say so (``normalizes``) or the request asks, and always for a cosine."""
 
     chunks_documents = False  # scores a long document by its best window (tasks.Chunking)
     kind: ModelKind = "bi-encoder"
+    batch_cost_follows_tokens = True
 
     def __init__(
         self, root: Source, *, device: torch.device, dtype: torch.dtype, runtime: ModelRuntime = TORCH
@@ -60,20 +57,11 @@ class BiEncoderBackend:
         transformer_path, pooling_path, self.normalizes = _read_modules(name)
         source = Source(name, transformer_path, root.trust_remote_code)
         self.pooling = _read_pooling(name, pooling_path)
-        self._tokenizer = load_tokenizer(source)
-        self._tokens = TextTokenizer(self._tokenizer)
-        model = load_model(AutoModel, source, device, dtype, self.kind)
+        model = self.load(AutoModel, source, device, dtype)
         self._forward = runtime.forward(model, "last_hidden_state", self._tokenizer.model_input_names)
         self._model = model if runtime.runs_the_module else None
-        self._device = device
-        self._pad_id = pad_token_id(self._tokenizer)
-        self.name = name
-        self.max_length = read_max_length(source, self._tokenizer, model.config)
-        self.vocab_size: int = model.config.get_text_config().vocab_size
 
-    def plan_pairs(
-        self, side1: list[str], side2: list[str], options: PairOptions, param_of: ParamOf
-    ) -> Plan[PairScores]:
+    def plan_pairs(self, side1: list[str], side2: list[str], options: PairOptions) -> Plan[PairScores]:
         """Each distinct text is embedded once (a 1:N request's query once); a pair's score is the cosine of
         its two normalised embeddings. ``use_activation`` means nothing here."""
         check_pair_options(options, self.max_length, self.kind, chunks=self.chunks_documents)
@@ -100,7 +88,12 @@ class BiEncoderBackend:
             tokens += sum(inputs[row_of[text, cut_document]].cost for text in side2)
             return PairScores(pairing.spread(scores), tokens)
 
-        def encode(checkpoint: Checkpoint) -> list[Encoded]:
+        def places_of(row: int, part: int | None) -> tuple[Place, ...]:
+            text, cut = rows[row]
+            in_side1 = text in side1 and cut == cut_query
+            return ((0, side1.index(text)),) if in_side1 else ((1, side2.index(text)),)
+
+        def encode(checkpoint: Checkpoint) -> Encoding[PairScores]:
             meter = Meter(checkpoint)
             texts = [text for text, _ in rows]
             for cut in {cut_query, cut_document} - {0}:
@@ -108,24 +101,14 @@ class BiEncoderBackend:
                 shorter = cut_texts(self._tokens, [texts[i] for i in places], cut, meter)
                 for place, text in zip(places, shorter, strict=True):
                     texts[place] = text
-            encoded = self._encode_texts(texts, options.truncate, options.side, meter)
+            with located(places_of):
+                encoded = self._encode_texts(texts, options.truncate, options.side, meter)
             meter.close()
-            return encoded
+            return Encoding(encoded, lambda outputs: finish(encoded, outputs))
 
-        def first_place(row: int) -> str:
-            text, cut = rows[row]
-            in_side1 = text in side1 and cut == cut_query
-            return param_of(0, side1.index(text)) if in_side1 else param_of(1, side2.index(text))
+        return Plan(count=len(rows), chars=sum(len(text) for text, _ in rows), encode=encode)
 
-        return Plan(
-            count=len(rows),
-            chars=sum(len(text) for text, _ in rows),
-            encode=encode,
-            finish=finish,
-            param_of=lambda row, _: first_place(row),
-        )
-
-    def plan_embed(self, texts: list[str], options: EmbedOptions, param_of: ParamOf) -> Plan[Embeddings]:
+    def plan_embed(self, texts: list[str], options: EmbedOptions) -> Plan[Embeddings]:
         """Each distinct text is run once; usage counts every input's tokens, repeats included (as vLLM)."""
         distinct = list(dict.fromkeys(texts))
         row_of = {text: i for i, text in enumerate(distinct)}
@@ -136,13 +119,12 @@ class BiEncoderBackend:
             tokens = sum(inputs[row_of[text]].cost for text in texts)
             return Embeddings([rows[row_of[text]] for text in texts], tokens)
 
-        return Plan(
-            count=len(distinct),
-            chars=sum(map(len, distinct)),
-            encode=lambda checkpoint: self.encode_texts(distinct, options.truncate, options.side, checkpoint),
-            finish=finish,
-            param_of=lambda row, _: param_of(1, texts.index(distinct[row])),
-        )
+        def encode(checkpoint: Checkpoint) -> Encoding[Embeddings]:
+            with located(lambda row, _: ((1, texts.index(distinct[row])),)):
+                encoded = self.encode_texts(distinct, options.truncate, options.side, checkpoint)
+            return Encoding(encoded, lambda outputs: finish(encoded, outputs))
+
+        return Plan(count=len(distinct), chars=sum(map(len, distinct)), encode=encode)
 
     def encode_texts(
         self,
@@ -163,14 +145,14 @@ class BiEncoderBackend:
         request_limits = limits(self._tokens, truncate, side, self.max_length)
         return encode_texts(self._tokens, texts, request_limits, meter)
 
+    @inference
     def forward(self, batch: Sequence[Encoded]) -> list[torch.Tensor]:
         """One pooled float32 vector per text, on the CPU, not yet normalised (plans decide, see ``_finish``)."""
         if not batch:
             return []
         inputs = pad_batch(batch, self._pad_id, self._device)
-        with torch.inference_mode():
-            hidden = self._forward(inputs).float()
-            pooled = _pool(self.pooling, hidden, inputs["attention_mask"]).cpu()
+        hidden = self._forward(inputs).float()
+        pooled = _pool(self.pooling, hidden, inputs["attention_mask"]).cpu()
         return list(pooled.unbind())
 
 

@@ -19,7 +19,7 @@ from weakref import WeakKeyDictionary
 import torch
 
 from scorekit.models.base import Backend, Encoded, token_array
-from scorekit.models.loading import parse_device
+from scorekit.models.files import parse_device
 from scorekit.settings import ModelSpec
 
 CPU_BATCH_TOKENS = 16384

@@ -13,9 +13,11 @@ from transformers import AutoModelForCausalLM
 from scorekit.errors import InvalidRequest
 from scorekit.tasks import LabelQuery, LabelScores
 
-from .base import Checkpoint, Encoded, ModelKind, Plan, no_checkpoint, token_array
-from .loading import Source, load_model, load_tokenizer, pad_batch, pad_token_id, read_max_length
-from .tokens import Meter, Part, TextTokenizer
+from .base import Checkpoint, Encoded, Encoding, ModelKind, Plan, inference, no_checkpoint, token_array
+from .files import Source
+from .loaded import LoadedModel
+from .padding import pad_batch
+from .tokens import Meter, Part
 
 _NO_SPECIALS = Part(token_array(()), token_array(()))
 
@@ -24,10 +26,11 @@ PER_ROW_LOGITS = Version("5.21")
 TRANSFORMERS = Version(transformers.__version__)
 
 
-class CausalLMBackend:
+class CausalLMBackend(LoadedModel):
     """An ``AutoModelForCausalLM``; each prompt is query + item (or item + query)."""
 
     kind: ModelKind = "causal-lm"
+    batch_cost_follows_tokens = True
 
     def __init__(self, source: Source, *, device: torch.device, dtype: torch.dtype) -> None:
         name = source.name
@@ -37,22 +40,15 @@ class CausalLMBackend:
                 f"Generative scoring needs transformers {PER_ROW_LOGITS} or later (logits at one position per"
                 f" prompt); this is transformers {TRANSFORMERS}."
             )
-        self._tokenizer = load_tokenizer(source)
-        self._tokens = TextTokenizer(self._tokenizer, joins=False)  # a prompt is its texts end to end
+        model = self.load(AutoModelForCausalLM, source, device, dtype, joins=False)  # a prompt is its texts end to end
         try:  # the special tokens a query gets with add_special_tokens, placed around only what a prompt keeps
             self._specials: tuple[Part, Part] | None = self._tokens.read_template().single
         except ValueError:
             self._specials = None  # such a query is tokenized whole, with the tokenizer's own special tokens
-        model = load_model(AutoModelForCausalLM, source, device, dtype, self.kind)
         # forward asks the model for the logits at one position per row, not the whole sequence.
         if "logits_to_keep" not in inspect.signature(model.forward).parameters:
             raise ValueError(f"Model {name!r} does not support logits_to_keep, which generative scoring needs.")
         self._model = model
-        self._device = device
-        self._pad_id = pad_token_id(self._tokenizer)
-        self.name = name
-        self.max_length = read_max_length(source, self._tokenizer, model.config)
-        self.vocab_size: int = model.config.get_text_config().vocab_size
 
     def plan_labels(self, query: LabelQuery) -> Plan[LabelScores]:
         """Each distinct item's prompt runs once and repeats share its probabilities (so their exact floats);
@@ -67,16 +63,6 @@ class CausalLMBackend:
         row = {keys[index]: place for place, index in enumerate(distinct)}
         positions = _first_positions(query.label_token_ids)  # duplicate labels collapse, as in vLLM
 
-        def encode(checkpoint: Checkpoint) -> list[Encoded]:
-            return self.encode_prompts(
-                query.query,
-                [query.items[index] for index in distinct],
-                query.label_token_ids,
-                item_first=query.item_first,
-                add_special_tokens=query.add_special_tokens,
-                checkpoint=checkpoint,
-            )
-
         def finish(inputs: list[Encoded], outputs: list[torch.Tensor]) -> LabelScores:
             probabilities = [_probabilities(logprobs, positions, query.apply_softmax) for logprobs in outputs]
             prompts = [inputs[row[key]] for key in keys]
@@ -87,12 +73,21 @@ class CausalLMBackend:
                 truncated_prompts=sum(prompt.truncated for prompt in prompts),
             )
 
+        def encode(checkpoint: Checkpoint) -> Encoding[LabelScores]:
+            encoded = self.encode_prompts(
+                query.query,
+                [query.items[index] for index in distinct],
+                query.label_token_ids,
+                item_first=query.item_first,
+                add_special_tokens=query.add_special_tokens,
+                checkpoint=checkpoint,
+            )
+            return Encoding(encoded, lambda outputs: finish(encoded, outputs))
+
         return Plan(
             count=len(distinct),
             chars=sum(len(query.items[index]) for index in distinct) + len(query.query),
             encode=encode,
-            finish=finish,
-            param_of=lambda place, _: f"items[{distinct[place]}]",
         )
 
     def check_labels(self, label_token_ids: Sequence[int]) -> None:
@@ -153,17 +148,17 @@ class CausalLMBackend:
         meter.close()
         return prompts
 
+    @inference
     def forward(self, batch: Sequence[Encoded]) -> list[torch.Tensor]:
         """Per prompt, the full-vocabulary log-softmax at its last token, taken at its label ids."""
         if not batch:
             return []
         inputs = pad_batch(batch, self._pad_id, self._device)
         last = torch.tensor([[item.cost - 1] for item in batch], device=self._device)
-        with torch.inference_mode():
-            logits = self._model(**inputs, logits_to_keep=last).logits[:, 0].float()
-            logprobs = logits.log_softmax(dim=-1)
-            picked = [logprobs[row, list(item.label_token_ids)] for row, item in enumerate(batch)]
-            flat = torch.cat(picked).cpu()
+        logits = self._model(**inputs, logits_to_keep=last).logits[:, 0].float()
+        logprobs = logits.log_softmax(dim=-1)
+        picked = [logprobs[row, list(item.label_token_ids)] for row, item in enumerate(batch)]
+        flat = torch.cat(picked).cpu()
         return list(torch.split(flat, [len(item.label_token_ids) for item in batch]))
 
     def _token_ids(

@@ -20,22 +20,17 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 
 from scorekit.errors import InputTooLong, InvalidRequest, NoRoomForDocument
-from scorekit.tasks import PairOptions, PairScores, ParamOf
+from scorekit.tasks import PairOptions, PairScores
 
-from .base import Checkpoint, Encoded, Limits, ModelKind, Plan, SharedPrefix, token_array
-from .loading import (
-    Source,
-    check_pair_options,
-    load_model,
-    load_tokenizer,
-    pad_token_id,
-    padded,
-    read_max_length,
-)
-from .pairs import Pairing, sigmoid
+from .base import Encoded, Limits, ModelKind, Plan, SharedPrefix, inference, token_array
+from .files import Source
+from .loaded import LoadedModel
+from .padding import padded
+from .pairs import check_pair_options, sigmoid
 from .rerank_template import TEMPLATE_FILE, resolve_template
-from .tokens import Meter, TextTokenizer, check_chars, cut_texts, limits
-from .windows import Layout, token_windows
+from .tokens import Meter
+from .truncation import check_chars, cut_texts, limits
+from .windows import Spans, plan_windowed_pairs, token_windows
 
 logger = logging.getLogger("scorekit.models")
 
@@ -51,17 +46,19 @@ class _Prompt:
     offsets: list[tuple[int, int]]
 
 
-class LLMRerankerBackend:
+class LLMRerankerBackend(LoadedModel):
     """An ``AutoModelForCausalLM`` asked, through a :class:`RerankTemplate`, whether each document answers."""
 
     chunks_documents = True  # scores a long document by its best window (tasks.Chunking)
     kind: ModelKind = "llm-reranker"
+    # A request's prompts share a prefix that runs once per batch, so a batch costs less than its tokens say, and
+    # batches cut by the per-token fit ran fewer items per second than batches filled to the caps
+    # (docs/benchmarks.md): its batches fill to the caps.
+    batch_cost_follows_tokens = False
 
     def __init__(self, source: Source, *, device: torch.device, dtype: torch.dtype, template: str | None) -> None:
-        name = source.name
-        self._tokenizer = tokenizer = load_tokenizer(source)
-        self._tokens = TextTokenizer(tokenizer, joins=False)  # the reranker template joins the prompt
-        model = load_model(AutoModelForCausalLM, source, device, dtype, self.kind)
+        model = self.load(AutoModelForCausalLM, source, device, dtype, joins=False)  # the template joins the prompt
+        name, tokenizer = self.name, self._tokenizer
         parameters = inspect.signature(model.forward).parameters
         if "logits_to_keep" not in parameters:
             raise ValueError(f"Model {name!r} does not support logits_to_keep, which an LLM reranker needs.")
@@ -74,62 +71,46 @@ class LLMRerankerBackend:
         if self.template.bos and tokenizer.bos_token_id is None:
             raise ValueError(f"Model {name!r}: its reranker template starts with BOS, but the tokenizer has none.")
         self._model = model
-        self._device = device
-        self._pad_id = pad_token_id(tokenizer)
-        self.name = name
-        self.max_length = read_max_length(source, tokenizer, model.config)
-        self.vocab_size: int = model.config.get_text_config().vocab_size
 
-    def plan_pairs(
-        self, side1: list[str], side2: list[str], options: PairOptions, param_of: ParamOf
-    ) -> Plan[PairScores]:
+    def plan_pairs(self, side1: list[str], side2: list[str], options: PairOptions) -> Plan[PairScores]:
         """Each distinct pair's prompt (or each window of it, with chunking) runs once."""
         check_pair_options(options, self.max_length, self.kind, chunks=self.chunks_documents)
-        pairing = Pairing.of(side1, side2)
-        firsts, seconds = [a for a, _ in pairing.distinct], [b for _, b in pairing.distinct]
-        layout = Layout()
 
-        def encode(checkpoint: Checkpoint) -> list[Encoded]:
-            meter = Meter(checkpoint)
-            request_limits = limits(self._tokens, options.truncate, options.side, self.max_length)
-            if options.chunking is None:
-                check_chars(zip(map(len, firsts), map(len, seconds), strict=True), request_limits)
-            queries = cut_texts(self._tokens, firsts, options.query_tokens, meter)
-            documents = cut_texts(self._tokens, seconds, options.document_tokens, meter)
-            if options.chunking is not None or request_limits.keep is not None:
-                # A query keeps at most the model's length of its tokens (or, with windows, must fit whole): it is
-                # read only that deep, before it is copied into a prompt per document.
-                shortened = self._tokens.shortened(queries, meter, cap=self.max_length + 2, side=request_limits.side)
-                if options.chunking is not None and not all(whole for _, whole in shortened):
-                    index = next(i for i, (_, whole) in enumerate(shortened) if not whole)
-                    raise NoRoomForDocument(index, None, None, self.max_length)
-                queries = [query for query, _ in shortened]
-            prompts = self._prompts(queries, documents, options.instruction, meter)
-            encoded: list[Encoded] = []
-            for index, prompt in enumerate(prompts):
-                meter.spend(len(prompt.ids))
-                windows = self._windows(prompt, index, options) if options.chunking else None
-                if windows is None:
-                    encoded.append(self._fit(prompt, index, request_limits))
-                    layout.spans.append([(0, len(seconds[index]))])
-                    continue
-                encoded += [_window(prompt, start, end, self._labels) for start, end in windows]
-                layout.spans.append([_characters(prompt, start, end) for start, end in windows])
-            meter.close()
-            return _share_prefix(encoded)
+        def encode(firsts: list[str], seconds: list[str], meter: Meter) -> tuple[list[Encoded], Spans]:
+            return self._encode(options, firsts, seconds, meter)
 
-        def finish(inputs: list[Encoded], outputs: list[torch.Tensor]) -> PairScores:
-            activation = None if options.use_activation is False else sigmoid
-            logits = [self._logit(output) for output in outputs]
-            return layout.finish(pairing, inputs, logits, activation, chunked=options.chunking is not None)
+        return plan_windowed_pairs(side1, side2, options, encode, self._logit, sigmoid)
 
-        return Plan(
-            count=len(firsts),
-            chars=sum(map(len, firsts)) + sum(map(len, seconds)),
-            encode=encode,
-            finish=finish,
-            param_of=lambda row, part: pairing.name(row, param_of, one_query=len(side1) == 1, part=part),
-        )
+    def _encode(
+        self, options: PairOptions, firsts: list[str], seconds: list[str], meter: Meter
+    ) -> tuple[list[Encoded], Spans]:
+        """The distinct pairs' prompts, each cut to the request's truncation or as its windows."""
+        request_limits = limits(self._tokens, options.truncate, options.side, self.max_length)
+        if options.chunking is None:
+            check_chars(zip(map(len, firsts), map(len, seconds), strict=True), request_limits)
+        queries = cut_texts(self._tokens, firsts, options.query_tokens, meter)
+        documents = cut_texts(self._tokens, seconds, options.document_tokens, meter)
+        if options.chunking is not None or request_limits.keep is not None:
+            # A query keeps at most the model's length of its tokens (or, with windows, must fit whole): it is
+            # read only that deep, before it is copied into a prompt per document.
+            shortened = self._tokens.shortened(queries, meter, cap=self.max_length + 2, side=request_limits.side)
+            if options.chunking is not None and not all(whole for _, whole in shortened):
+                index = next(i for i, (_, whole) in enumerate(shortened) if not whole)
+                raise NoRoomForDocument(index, None, None, self.max_length)
+            queries = [query for query, _ in shortened]
+        prompts = self._prompts(queries, documents, options.instruction, meter)
+        encoded: list[Encoded] = []
+        spans: Spans = []
+        for index, prompt in enumerate(prompts):
+            meter.spend(len(prompt.ids))
+            windows = self._windows(prompt, index, options) if options.chunking else None
+            if windows is None:
+                encoded.append(self._fit(prompt, index, request_limits))
+                spans.append([(0, len(seconds[index]))])
+                continue
+            encoded += [_window(prompt, start, end, self._labels) for start, end in windows]
+            spans.append([_characters(prompt, start, end) for start, end in windows])
+        return _share_prefix(encoded), spans
 
     def _prompts(
         self, queries: Sequence[str], documents: Sequence[str], instruction: str | None, meter: Meter
@@ -200,18 +181,18 @@ class LLMRerankerBackend:
         values = output.tolist()
         return float(values[0]) if len(values) == 1 else float(values[1] - values[0])
 
+    @inference
     def forward(self, batch: Sequence[Encoded]) -> list[torch.Tensor]:
         """The label logits at each prompt's last token; prompts sharing a prefix run it once."""
         groups: dict[SharedPrefix | None, list[int]] = {}
         for row, item in enumerate(batch):
             groups.setdefault(item.prefix, []).append(row)
         outputs: list[torch.Tensor] = [torch.empty(0)] * len(batch)
-        with torch.inference_mode():
-            for prefix, rows in groups.items():
-                length = prefix.length if prefix is not None and len(rows) > 1 else 0
-                logits = self._last_logits([batch[row].input_ids for row in rows], length)
-                for row, values in zip(rows, logits.cpu().unbind(), strict=True):
-                    outputs[row] = values
+        for prefix, rows in groups.items():
+            length = prefix.length if prefix is not None and len(rows) > 1 else 0
+            logits = self._last_logits([batch[row].input_ids for row in rows], length)
+            for row, values in zip(rows, logits.cpu().unbind(), strict=True):
+                outputs[row] = values
         return outputs
 
     def _last_logits(self, prompts: list[array[int]], shared: int) -> torch.Tensor:

@@ -1,5 +1,5 @@
-"""A pair-scoring request's pairs, each distinct one once: what the pair scorers (cross-encoder, bi-encoder,
-LLM reranker) share.
+"""A pair-scoring request's pairs, each distinct one once, and the checks of its options: what the pair scorers
+(cross-encoder, bi-encoder, LLM reranker) share.
 
 Each distinct pair (or text) runs once per request and every copy shares its result, so identical inputs
 always get bit-identical scores and a rerank tie keeps its input order, whatever batch they land in.
@@ -11,7 +11,10 @@ import math
 from dataclasses import dataclass
 from typing import TypeVar
 
-from scorekit.tasks import ParamOf
+from scorekit.errors import InvalidRequest, Place
+from scorekit.tasks import PairOptions
+
+from .base import ModelKind
 
 Pair = tuple[str, str]
 T = TypeVar("T")
@@ -19,11 +22,13 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Pairing:
-    """``pairs`` in request order; ``distinct`` each once, in first-seen order; ``row`` a pair's place there."""
+    """``pairs`` in request order; ``distinct`` each once, in first-seen order; ``row`` a pair's place there;
+    ``one_query``: every pair's query is side 1's one text (1:N)."""
 
     pairs: list[Pair]
     distinct: list[Pair]
     row: dict[Pair, int]
+    one_query: bool
 
     @classmethod
     def of(cls, side1: list[str], side2: list[str]) -> Pairing:
@@ -31,7 +36,7 @@ class Pairing:
         queries = side1 * len(side2) if len(side1) == 1 else side1
         pairs = list(zip(queries, side2, strict=True))
         distinct = list(dict.fromkeys(pairs))
-        return cls(pairs, distinct, {pair: i for i, pair in enumerate(distinct)})
+        return cls(pairs, distinct, {pair: i for i, pair in enumerate(distinct)}, len(side1) == 1)
 
     def spread(self, distinct_values: list[T]) -> list[T]:
         """One value (a score) per request pair from one per distinct pair."""
@@ -41,17 +46,17 @@ class Pairing:
         """Where the distinct pair ``row`` first occurs in the request."""
         return self.pairs.index(self.distinct[row])
 
-    def name(self, row: int, param_of: ParamOf, *, one_query: bool, part: int | None = None) -> str:
-        """How an over-long pair is named: one sequence holds both texts, so the longer one (in characters) is
-        named first, with the other beside it ("query (with documents[2])"): a long query is not blamed on
-        its document. With ``part`` (0 the query, 1 the document) the error is that text's alone."""
+    def places(self, row: int, part: int | None) -> tuple[Place, ...]:
+        """Where an over-long pair is in the request: one sequence holds both texts, so the longer one (in
+        characters) comes first, with the other beside it ("query (with documents[2])"): a long query is not
+        blamed on its document. With ``part`` (0 the query, 1 the document) the error is that text's alone."""
         place = self.first_place(row)
         first, second = self.distinct[row]
-        query = param_of(0, 0 if one_query else place)
-        document = param_of(1, place)
+        query = (0, 0 if self.one_query else place)
+        document = (1, place)
         if part is not None:
-            return query if part == 0 else document
-        return f"{query} (with {document})" if len(first) > len(second) else f"{document} (with {query})"
+            return (query if part == 0 else document,)
+        return (query, document) if len(first) > len(second) else (document, query)
 
 
 def sigmoid(logit: float) -> float:
@@ -59,3 +64,29 @@ def sigmoid(logit: float) -> float:
     if logit >= 0:
         return 1.0 / (1.0 + math.exp(-logit))
     return math.exp(logit) / (1.0 + math.exp(logit))
+
+
+def check_pair_options(options: PairOptions, max_length: int, kind: ModelKind, *, chunks: bool) -> None:
+    """Refuse what a pair scorer of this kind cannot do (an instruction needs an LLM reranker's prompt,
+    windows a scorer that ``chunks``), then vLLM's checks of the side cuts."""
+    if options.instruction is not None and kind != "llm-reranker":
+        raise InvalidRequest(f"instruction fills an LLM reranker's prompt; a {kind} has none.", "instruction")
+    if options.chunking is not None and not chunks:
+        raise InvalidRequest(
+            f"A {kind} embeds each document on its own and cannot score it by windows; "
+            "cut long documents with truncate_prompt_tokens instead.",
+            "max_chunks_per_doc",
+        )
+    check_side_cuts(options, max_length)
+
+
+def check_side_cuts(options: PairOptions, max_length: int) -> None:
+    """vLLM's checks of ``max_tokens_per_query`` and ``max_tokens_per_doc``, with its messages."""
+    for name, value in (
+        ("max_tokens_per_query", options.query_tokens),
+        ("max_tokens_per_doc", options.document_tokens),
+    ):
+        if value < 0:
+            raise InvalidRequest(f"{name} must be a non-negative integer", name)
+        if value >= max_length:
+            raise InvalidRequest(f"{name} ({value}) must be less than max_model_len ({max_length}).", name)

@@ -29,7 +29,7 @@ from types import ModuleType
 from scorekit.testing.apps import AppBehaviour
 from scorekit.testing.driver import (
     BACKENDS,
-    Backend,
+    AsyncBackend,
     ClientScript,
     Outcome,
     Scenario,
@@ -45,7 +45,7 @@ __all__ = [
     "BACKENDS",
     "FLAVORS",
     "AppBehaviour",
-    "Backend",
+    "AsyncBackend",
     "ClientScript",
     "Flavor",
     "Outcome",

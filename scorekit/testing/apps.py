@@ -34,8 +34,6 @@ BehaviourKind = Literal[
     "slow",
 ]
 BEHAVIOUR_KINDS: tuple[BehaviourKind, ...] = get_args(BehaviourKind)
-READING_KINDS: tuple[BehaviourKind, ...] = ("eager", "lazy", "two_readers", "poller", "slow")
-"""Behaviours that read the body to its end before they can finish (they cannot complete without it)."""
 
 RaiseAt = Literal["before_read", "before_start", "after_start"]
 

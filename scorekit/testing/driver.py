@@ -36,8 +36,9 @@ DISCONNECT_POINTS: tuple[DisconnectPoint, ...] = (
 )
 FinalForm = Literal["explicit", "omit_more_body", "omit_body", "omit_both"]
 FINAL_FORMS: tuple[FinalForm, ...] = ("explicit", "omit_more_body", "omit_body", "omit_both")
-Backend = Literal["asyncio", "trio"]
-BACKENDS: tuple[Backend, ...] = ("asyncio", "trio")
+# The anyio backend a script runs on (anyio.run(..., backend=...)); not a model backend.
+AsyncBackend = Literal["asyncio", "trio"]
+BACKENDS: tuple[AsyncBackend, ...] = ("asyncio", "trio")
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,7 +270,7 @@ def play(
     script: ClientScript,
     *,
     flavor: Flavor = "uvicorn",
-    backend: Backend = "asyncio",
+    backend: AsyncBackend = "asyncio",
     server: FakeServer | None = None,
     max_ticks: int = 5000,
     on_tick: Callable[[int], None] | None = None,
@@ -285,7 +286,7 @@ def play_scenario(
     scenario: Scenario,
     *,
     flavor: Flavor = "uvicorn",
-    backend: Backend = "asyncio",
+    backend: AsyncBackend = "asyncio",
     wrap: Callable[[ASGIApp], ASGIApp] | None = None,
     server: FakeServer | None = None,
     max_ticks: int = 5000,

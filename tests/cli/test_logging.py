@@ -53,7 +53,7 @@ from starlette.routing import Mount
 from scorekit import create_app
 from scorekit.settings import Settings
 
-scoring = create_app(Settings(model=sys.argv[1], max_body_bytes=1 << 20))
+scoring = create_app(Settings.for_model(sys.argv[1], max_body_bytes=1 << 20))
 
 
 @asynccontextmanager

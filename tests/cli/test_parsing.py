@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 
 import pytest
 
-from scorekit.cli import parse, settings_from
-from scorekit.settings import EngineConfig, Settings
+from scorekit.cli import parse
+from scorekit.settings import Settings
 
 
 @pytest.fixture(autouse=True)
@@ -107,9 +106,7 @@ def test_variables_fill_what_the_command_line_leaves_out(monkeypatch: pytest.Mon
 
 
 def test_defaults_are_the_settings_defaults() -> None:
-    parsed = settings_from(parse(["serve"]))
-    assert parsed.served_models() == Settings(engine=EngineConfig()).served_models()
-    assert dataclasses.replace(parsed, models=()) == Settings()
+    assert parse(["serve"]).settings == Settings()
 
 
 @pytest.mark.parametrize(
@@ -122,18 +119,18 @@ def test_max_batch_tokens_is_a_number_or_auto(
     """auto (None) is sized for the device at start-up (models/budget.py); on the command line it wins over the
     variable like any value."""
     monkeypatch.setenv("SCOREKIT_MAX_BATCH_TOKENS", variable)
-    specs = settings_from(parse(["serve", "--model", "a", "--model", "b=c", *argv])).served_models()
+    specs = parse(["serve", "--model", "a", "--model", "b=c", *argv]).settings.models
     assert [spec.engine.max_batch_tokens for spec in specs] == [tokens, tokens]
 
 
 def test_model_workers_reach_every_model() -> None:
-    specs = settings_from(parse(["serve", "--model", "a", "--model", "b=c", "--model-workers", "2"])).served_models()
+    specs = parse(["serve", "--model", "a", "--model", "b=c", "--model-workers", "2"]).settings.models
     assert [spec.engine.model_workers for spec in specs] == [2, 2]
 
 
 def test_max_model_len_and_trust_remote_code_reach_every_model(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SCOREKIT_TRUST_REMOTE_CODE", "1")
-    specs = settings_from(parse(["serve", "--model", "a", "--model", "b=c", "--max-model-len", "64"])).served_models()
+    specs = parse(["serve", "--model", "a", "--model", "b=c", "--max-model-len", "64"]).settings.models
     assert [(spec.max_model_len, spec.trust_remote_code) for spec in specs] == [(64, True), (64, True)]
 
 
@@ -143,7 +140,7 @@ def test_several_models_are_named_and_checked(tmp_path: Path, capsys: pytest.Cap
     args = parse(
         ["serve", "--model", "./rr", "--model", "mini=org/minilm", "--model", str(odd), "--max-batch-size", "4"]
     )
-    assert [(spec.served_name, spec.path, spec.engine.max_batch_size) for spec in args.models] == [
+    assert [(spec.served_name, spec.path, spec.engine.max_batch_size) for spec in args.settings.models] == [
         ("./rr", "./rr", 4),
         ("mini", "org/minilm", 4),
         (str(odd), str(odd), 4),
@@ -154,7 +151,7 @@ def test_several_models_are_named_and_checked(tmp_path: Path, capsys: pytest.Cap
     assert "two models are served as 'x'" in refused(["serve", "--model", "x=a", "--model", "x=b"], capsys)
     assert "needs both a name and a model" in refused(["serve", "--model", "=a"], capsys)
     assert "repeat --model to serve several" in refused(["serve", "a", "--model", "b"], capsys)
-    one = parse(["serve", "judge=./lm", "--model-kind", "causal-lm"]).models
+    one = parse(["serve", "judge=./lm", "--model-kind", "causal-lm"]).settings.models
     assert [(spec.served_name, spec.path, spec.kind) for spec in one] == [("judge", "./lm", "causal-lm")]
 
 

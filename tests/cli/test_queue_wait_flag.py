@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scorekit.cli import parse, settings_from
+from scorekit.cli import parse
 
 # The autouse fixture that clears SCOREKIT_* variables applies here once imported; `refused` checks one line, exit 2.
 from tests.cli.test_parsing import no_scorekit_env, refused  # noqa: F401
@@ -26,12 +26,12 @@ def test_the_variable_goes_through_the_same_check(
 
 
 def test_off_by_default_and_given_to_every_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert all(spec.engine.max_queue_wait is None for spec in settings_from(parse(["serve"])).served_models())
+    assert all(spec.engine.max_queue_wait is None for spec in parse(["serve"]).settings.models)
     two = parse(["serve", "--model", "a=x", "--model", "b=y", "--max-queue-wait", "2.5"])
-    assert [spec.engine.max_queue_wait for spec in settings_from(two).served_models()] == [2.5, 2.5]
+    assert [spec.engine.max_queue_wait for spec in two.settings.models] == [2.5, 2.5]
     monkeypatch.setenv("SCOREKIT_MAX_QUEUE_WAIT", "0.75")
-    assert parse(["serve"]).models[0].engine.max_queue_wait == 0.75
-    assert parse(["serve", "--max-queue-wait", "3"]).models[0].engine.max_queue_wait == 3.0  # the flag wins
+    assert parse(["serve"]).settings.models[0].engine.max_queue_wait == 0.75
+    assert parse(["serve", "--max-queue-wait", "3"]).settings.models[0].engine.max_queue_wait == 3.0  # the flag wins
 
 
 def test_help_shows_it_off(capsys: pytest.CaptureFixture[str]) -> None:

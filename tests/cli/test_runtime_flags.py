@@ -56,8 +56,8 @@ def test_a_missing_extra_says_what_to_install(
     line = refused(["serve", "--runtime", runtime], capsys)
     assert f"--runtime {runtime} needs {names}, which are not installed: pip install -e '.[{runtime}]' (see" in line
     monkeypatch.undo()
-    assert parse(["serve", "--runtime", runtime]).models[0].runtime == runtime
-    assert parse(["serve", "--runtime", runtime, "--dtype", "float32"]).models[0].dtype == "float32"
+    assert parse(["serve", "--runtime", runtime]).settings.models[0].runtime == runtime
+    assert parse(["serve", "--runtime", runtime, "--dtype", "float32"]).settings.models[0].dtype == "float32"
 
 
 @pytest.fixture(scope="module")

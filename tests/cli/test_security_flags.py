@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from scorekit.cli import parse, settings_from
+from scorekit.cli import parse
 from scorekit.settings import Settings
 from tests.cli.test_parsing import refused
 
@@ -23,13 +23,13 @@ def no_scorekit_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_keys_come_from_flags_a_variable_and_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     keys = tmp_path / "keys"
     keys.write_text("# the team's keys\n\n  k3  \nk1\n# k9\nk4\n")
-    settings = settings_from(parse(["serve", "--api-key", "k1", "--api-key", "k2", "--api-key-file", str(keys)]))
+    settings = parse(["serve", "--api-key", "k1", "--api-key", "k2", "--api-key-file", str(keys)]).settings
     assert settings.api_keys == ("k1", "k2", "k3", "k4")
     monkeypatch.setenv("SCOREKIT_API_KEY", "from-env")
-    assert settings_from(parse(["serve"])).api_keys == ("from-env",)
-    assert settings_from(parse(["serve", "--api-key", "k1"])).api_keys == ("k1",)  # the command line wins
+    assert parse(["serve"]).settings.api_keys == ("from-env",)
+    assert parse(["serve", "--api-key", "k1"]).settings.api_keys == ("k1",)  # the command line wins
     monkeypatch.setenv("SCOREKIT_API_KEY_FILE", str(keys))
-    assert settings_from(parse(["serve"])).api_keys == ("from-env", "k3", "k1", "k4")
+    assert parse(["serve"]).settings.api_keys == ("from-env", "k3", "k1", "k4")
 
 
 def test_a_bad_key_file_is_one_line_and_exit_2(
@@ -48,21 +48,21 @@ def test_cors_flags_take_a_json_list_or_commas(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = ["serve", "--allowed-origins", '["https://a.example", "https://b.example"]', "--allowed-methods", "GET,POST"]
-    settings = settings_from(parse([*args, "--allowed-headers", "content-type, authorization", "--allow-credentials"]))
+    settings = parse([*args, "--allowed-headers", "content-type, authorization", "--allow-credentials"]).settings
     assert settings.allowed_origins == ("https://a.example", "https://b.example")
     assert settings.allowed_methods == ("GET", "POST")
     assert settings.allowed_headers == ("content-type", "authorization")
     assert settings.allow_credentials is True
     monkeypatch.setenv("SCOREKIT_ALLOWED_ORIGINS", "*")
     monkeypatch.setenv("SCOREKIT_ALLOW_CREDENTIALS", "no")
-    settings = settings_from(parse(["serve"]))
+    settings = parse(["serve"]).settings
     assert (settings.allowed_origins, settings.allow_credentials) == (("*",), False)
     for bad in ('["https://a.example", 3]', "[not json", "a,,b"):
         assert "argument --allowed-origins:" in refused(["serve", "--allowed-origins", bad], capsys)
 
 
 def test_the_defaults_ask_no_key_and_serve_no_cors() -> None:
-    settings = settings_from(parse(["serve"]))
+    settings = parse(["serve"]).settings
     defaults = Settings()
     assert (settings.api_keys, settings.allowed_origins) == ((), ())
     assert (settings.allowed_methods, settings.allowed_headers) == (defaults.allowed_methods, defaults.allowed_headers)

@@ -41,13 +41,13 @@ def causal_lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def cross_encoder(cross_encoder_dir: Path) -> Iterator[Live]:
-    with serve(create_app(Settings(model=str(cross_encoder_dir), served_model_name="tiny-ce"))) as live:
+    with serve(create_app(Settings.for_model(str(cross_encoder_dir), name="tiny-ce"))) as live:
         yield live
 
 
 @pytest.fixture(scope="session")
 def causal_lm(causal_lm_dir: Path) -> Iterator[Live]:
-    with serve(create_app(Settings(model=str(causal_lm_dir), served_model_name="tiny-lm"))) as live:
+    with serve(create_app(Settings.for_model(str(causal_lm_dir), name="tiny-lm"))) as live:
         yield live
 
 
@@ -65,7 +65,7 @@ def server(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def served_minilm_app(server: str) -> ScorekitApp:
     """The app behind ``served_minilm``, for its worker's counters (one app per server)."""
-    return create_app(Settings(engine=SMALL_BATCHES))
+    return create_app(Settings.for_model(engine=SMALL_BATCHES))
 
 
 @pytest.fixture(scope="session")
@@ -78,6 +78,6 @@ def served_minilm(server: str, served_minilm_app: ScorekitApp) -> Iterator[Live]
 @pytest.fixture
 def small_batches() -> Iterator[tuple[ScorekitApp, Live]]:
     """MiniLM with small batches, so a large request spans many of them."""
-    app = create_app(Settings(engine=SMALL_BATCHES))
+    app = create_app(Settings.for_model(engine=SMALL_BATCHES))
     with serve(app) as live:
         yield app, live

@@ -1,8 +1,8 @@
 """A client that leaves stops its work at every stage, tokenizing included; impossible requests cost nothing.
 
-Counted by the engine, not by the clock: ``EngineStats.tokenize_chunks`` counts bounded chunks of tokenizing
-(about 64 KiB of text each), ``tokenizing_stopped`` counts tokenizing threads that met their checkpoint after
-their request had gone, and the worker counts the items that reached the model.
+Counted by the engine, not by the clock (read through ``Engine.snapshot``): ``EngineStats.tokenize_chunks``
+counts bounded chunks of tokenizing (about 64 KiB of text each), ``tokenizing_stopped`` counts tokenizing threads
+that met their checkpoint after their request had gone, and the worker counts the items that reached the model.
 """
 
 from __future__ import annotations
@@ -42,31 +42,37 @@ def test_a_client_that_leaves_while_its_documents_tokenize_stops_the_tokenizing(
     served_minilm: Live, served_minilm_app: ScorekitApp
 ) -> None:
     live, engine = served_minilm, _engine(served_minilm_app)
-    stats, worker = engine.stats, engine.worker.stats
     body = {"query": "w3 w5", "documents": _long_documents(), "truncate_prompt_tokens": -1}
     raw = json.dumps(body).encode()
     head = http_head("POST", "/rerank", {"Content-Type": "application/json", "Content-Length": str(len(raw))})
-    chunks_before, stopped_before, items_before = stats.tokenize_chunks, stats.tokenizing_stopped, worker.items
+    start = engine.snapshot()
+    chunks_before, stopped_before = start.tokenizing.tokenize_chunks, start.tokenizing.tokenizing_stopped
+    items_before = start.worker.items
 
     sock = live.connect()
     sock.sendall(head + raw)
-    assert wait_for(lambda: stats.tokenize_chunks >= chunks_before + 2, timeout=60), "tokenizing never started"
+    assert wait_for(lambda: engine.snapshot().tokenizing.tokenize_chunks >= chunks_before + 2, timeout=60), (
+        "tokenizing never started"
+    )
     sock.close()
 
     assert live.wait_load(0, timeout=10) == 0, "the abandoned request still counts as load"
-    assert wait_for(lambda: stats.tokenizing_stopped > stopped_before, timeout=10), "tokenizing did not stop"
-    chunks_at_stop = stats.tokenize_chunks
+    assert wait_for(lambda: engine.snapshot().tokenizing.tokenizing_stopped > stopped_before, timeout=10), (
+        "tokenizing did not stop"
+    )
+    stopped = engine.snapshot()
+    chunks_at_stop = stopped.tokenizing.tokenize_chunks
     ran = chunks_at_stop - chunks_before
     assert ran < DOCUMENTS, f"all {ran} chunks were tokenized for a client that had left"
-    assert worker.items == items_before, "the abandoned request reached the model"
+    assert stopped.worker.items == items_before, "the abandoned request reached the model"
     # Nothing more is tokenized for it afterwards (other requests could not add chunks: none are running).
     status, _ = live.json("GET", "/health")
-    assert status == 200 and stats.tokenize_chunks == chunks_at_stop
+    assert status == 200 and engine.snapshot().tokenizing.tokenize_chunks == chunks_at_stop
 
 
 @pytest.fixture(scope="module")
 def small_queue_lm(causal_lm_dir: Path) -> Iterator[tuple[ScorekitApp, Live]]:
-    app = create_app(Settings(model=str(causal_lm_dir), engine=EngineConfig(max_queued_items=100)))
+    app = create_app(Settings.for_model(str(causal_lm_dir), engine=EngineConfig(max_queued_items=100)))
     with serve(app) as live:
         yield app, live
 
@@ -75,26 +81,28 @@ def test_a_request_larger_than_the_queue_is_refused_before_tokenizing(
     small_queue_lm: tuple[ScorekitApp, Live],
 ) -> None:
     app, live = small_queue_lm
-    stats = _engine(app).stats
+    engine = _engine(app)
     query = " ".join(f"w{i % 50}" for i in range(30_000))
     items = [f"item {i} " * 20 for i in range(10_000)]
-    chunks_before = stats.tokenize_chunks
+    chunks_before = engine.snapshot().tokenizing.tokenize_chunks
     status, body = live.json("POST", "/generative_scoring", {"query": query, "items": items, "label_token_ids": [1]})
     assert status == 400 and "queues at most 100" in body["error"]["message"], body
-    assert stats.tokenize_chunks == chunks_before, "the request was tokenized before it was refused"
+    assert engine.snapshot().tokenizing.tokenize_chunks == chunks_before, (
+        "the request was tokenized before it was refused"
+    )
 
 
 def test_an_over_long_text_is_refused_by_its_characters_before_tokenizing(
     served_minilm: Live, served_minilm_app: ScorekitApp
 ) -> None:
-    stats = _engine(served_minilm_app).stats
-    chunks_before = stats.tokenize_chunks
+    engine = _engine(served_minilm_app)
+    chunks_before = engine.snapshot().tokenizing.tokenize_chunks
     huge = "word " * 200_000  # 1 MB: far past what 256 tokens can hold
     status, body = served_minilm.json("POST", "/rerank", {"query": "q", "documents": ["short", huge]})
     assert status == 400, body
     error = body["error"]
     assert error["param"] == "input_tokens" and "documents[1] has 1000000 characters" in error["message"], error
-    assert stats.tokenize_chunks == chunks_before
+    assert engine.snapshot().tokenizing.tokenize_chunks == chunks_before
     # With truncation the same document is legitimate work.
     status, body = served_minilm.json(
         "POST", "/rerank", {"query": "q", "documents": ["short", huge], "truncate_prompt_tokens": -1}

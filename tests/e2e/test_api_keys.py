@@ -45,7 +45,7 @@ def _bearer(key: str, scheme: str = "Bearer") -> dict[str, str]:
 
 def _items(app: ScorekitApp) -> int:
     assert app.engine is not None
-    return app.engine.worker.stats.items
+    return app.engine.snapshot().worker.items
 
 
 def test_a_request_without_a_right_key_gets_401_and_does_no_work(keyed_app: ScorekitApp, keyed: Live) -> None:

@@ -22,13 +22,12 @@ NOTICE_BATCHES = 10
 def test_concurrent_requests_share_batches(small_batches: tuple[ScorekitApp, Live]) -> None:
     app, live = small_batches
     assert app.engine is not None
-    stats = app.engine.worker.stats
-    before = len(stats.recent_batch_jobs)
+    before = len(app.engine.snapshot().worker.recent_batch_jobs)
     payload = {"queries": "a question", "documents": many_docs(8)}
     with ThreadPoolExecutor(32) as pool:
         results = list(pool.map(lambda _: live.json("POST", "/score", payload), range(32)))
     assert all(status == 200 and len(body["data"]) == 8 for status, body in results)
-    jobs_per_batch = list(stats.recent_batch_jobs)[before:]
+    jobs_per_batch = list(app.engine.snapshot().worker.recent_batch_jobs)[before:]
     assert max(jobs_per_batch) > 1, jobs_per_batch
     assert live.wait_load(0) == 0  # the last answer can arrive just before its request leaves the middleware
 
@@ -37,8 +36,8 @@ def test_a_small_request_finishes_during_a_2000_document_rerank(
     small_batches: tuple[ScorekitApp, Live],
 ) -> None:
     app, live = small_batches
-    assert app.engine is not None
-    stats = app.engine.worker.stats
+    engine = app.engine
+    assert engine is not None
     many = many_docs(2000)
     finished: dict[str, float] = {}
     big_result: list[dict[str, object]] = []
@@ -49,11 +48,11 @@ def test_a_small_request_finishes_during_a_2000_document_rerank(
         big_result.append(body)
         finished["big"] = time.monotonic()
 
-    start_batches = stats.batches
+    start_batches = engine.snapshot().worker.batches
     thread = threading.Thread(target=big)
     thread.start()
     deadline = time.monotonic() + 30
-    while stats.batches < start_batches + 3 and time.monotonic() < deadline:
+    while engine.snapshot().worker.batches < start_batches + 3 and time.monotonic() < deadline:
         time.sleep(0.005)
     status, small = live.json("POST", "/rerank", {"query": "topic 3", "documents": ["topic 3"]})
     finished["small"] = time.monotonic()
@@ -74,20 +73,21 @@ def test_a_small_request_finishes_during_a_2000_document_rerank(
 
 def test_a_disconnect_stops_a_2000_document_rerank(small_batches: tuple[ScorekitApp, Live]) -> None:
     app, live = small_batches
-    assert app.engine is not None
-    stats = app.engine.worker.stats
-    batch_size = app.settings.engine.max_batch_size
+    engine = app.engine
+    assert engine is not None
+    batch_size = app.settings.models[0].engine.max_batch_size
     body = json.dumps({"query": "topic 3", "documents": many_docs(2000)}).encode()
     head = f"POST /rerank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    start_items, start_late = stats.items, stats.items_of_cancelled_jobs
+    start = engine.snapshot().worker
+    start_items, start_late = start.items, start.items_of_cancelled_jobs
     sock = socket.create_connection((live.host, live.port))
     sock.sendall(head.encode() + body)
     deadline = time.monotonic() + 30
-    while stats.items < start_items + 3 * batch_size and time.monotonic() < deadline:
+    while engine.snapshot().worker.items < start_items + 3 * batch_size and time.monotonic() < deadline:
         time.sleep(0.002)
     assert live.load() == 1
     sock.close()
-    items_at_close = stats.items
+    items_at_close = engine.snapshot().worker.items
     assert live.wait_load(0) == 0
     end = settled_stats(app)  # any batch still in flight has landed
     # Once the job is cancelled, only the batch already on the model may still run for it.
@@ -97,6 +97,6 @@ def test_a_disconnect_stops_a_2000_document_rerank(small_batches: tuple[Scorekit
     ran_after = end.items - items_at_close
     assert ran_after <= NOTICE_BATCHES * batch_size, f"{ran_after} items ran after the close (batch {batch_size})"
     assert end.items - start_items < 2000
-    assert app.engine.batcher.queued == 0
+    assert engine.snapshot().queued_items == 0
     status, _ = live.json("POST", "/rerank", {"query": "q", "documents": ["d"]})
     assert status == 200

@@ -140,30 +140,33 @@ def test_tei_truncate_cuts_an_over_long_input_and_its_absence_refuses_it(
 def test_two_hundred_inputs_run_in_shared_batches(small_batches: tuple[ScorekitApp, Live]) -> None:
     app, live = small_batches
     assert app.engine is not None
-    stats = app.engine.worker.stats
-    batches, items = stats.batches, stats.items
+    start = app.engine.snapshot().worker
     texts = [f"text number {i} about topic {i % 7}" for i in range(200)]
     response = _openai(live).embeddings.create(model="", input=texts)
     assert len(response.data) == 200
-    ran = stats.items - items
+    end = app.engine.snapshot().worker
+    ran = end.items - start.items
     assert ran == 200
     # Each batch holds up to max_batch_size inputs: far fewer batches than inputs.
-    assert stats.batches - batches <= -(-200 // app.settings.engine.max_batch_size) + 1
-    assert max(list(stats.recent_batch_sizes)[-(stats.batches - batches) :]) > 1
+    assert end.batches - start.batches <= -(-200 // app.settings.models[0].engine.max_batch_size) + 1
+    assert max(list(end.recent_batch_sizes)[-(end.batches - start.batches) :]) > 1
 
 
 def test_a_disconnect_during_a_large_embed_drops_its_queued_inputs(small_batches: tuple[ScorekitApp, Live]) -> None:
     app, live = small_batches
-    assert app.engine is not None
-    stats = app.engine.worker.stats
-    batch_size = app.settings.engine.max_batch_size
-    start_items, start_late = stats.items, stats.items_of_cancelled_jobs
+    engine = app.engine
+    assert engine is not None
+    batch_size = app.settings.models[0].engine.max_batch_size
+    start = engine.snapshot().worker
+    start_items, start_late = start.items, start.items_of_cancelled_jobs
     sock = live.send_json("/v1/embeddings", {"input": many_docs(2000)})
-    assert wait_for(lambda: stats.items >= start_items + 3 * batch_size, timeout=30), "the embed never ran"
+    assert wait_for(lambda: engine.snapshot().worker.items >= start_items + 3 * batch_size, timeout=30), (
+        "the embed never ran"
+    )
     assert live.load() == 1
     sock.close()
     assert live.wait_load(0) == 0
-    assert wait_for(lambda: app.engine is not None and app.engine.batcher.queued == 0)
+    assert wait_for(lambda: engine.snapshot().queued_items == 0)
     end = settled_stats(app)  # a batch still on the model has landed
     # Once the job is cancelled, only the batch already on the model may still run for it.
     assert end.items_of_cancelled_jobs - start_late <= batch_size

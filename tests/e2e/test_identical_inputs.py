@@ -26,21 +26,21 @@ OTHER = "Cross-encoder models are neat, and this sentence is a good deal longer 
 
 @pytest.fixture(scope="module")
 def cross_encoder_app(cross_encoder_dir: Path) -> Iterator[tuple[ScorekitApp, Live]]:
-    app = create_app(Settings(model=str(cross_encoder_dir)))
+    app = create_app(Settings.for_model(str(cross_encoder_dir)))
     with serve(app) as live:
         yield app, live
 
 
 @pytest.fixture(scope="module")
 def causal_lm_app(causal_lm_dir: Path) -> Iterator[tuple[ScorekitApp, Live]]:
-    app = create_app(Settings(model=str(causal_lm_dir)))
+    app = create_app(Settings.for_model(str(causal_lm_dir)))
     with serve(app) as live:
         yield app, live
 
 
 def _items_run(app: ScorekitApp) -> int:
     assert app.engine is not None
-    return app.engine.worker.stats.items
+    return app.engine.snapshot().worker.items
 
 
 def test_bi_encoder_identical_documents_share_one_score_and_tie_in_input_order(
@@ -77,7 +77,7 @@ def test_cross_encoder_identical_pairs_run_once(cross_encoder_app: tuple[Scoreki
     assert _items_run(app) - before == 3  # (q, SAME) once, (q, OTHER), (other q, SAME)
     scores = [d["score"] for d in body["data"]]
     assert scores[0] == scores[2]  # exact: identical inputs in one request
-    tokenizer = AutoTokenizer.from_pretrained(app.settings.model)
+    tokenizer = AutoTokenizer.from_pretrained(app.settings.models[0].path)
     pairs = zip(payload["queries"], payload["documents"], strict=True)
     expected = sum(len(tokenizer(q, d)["input_ids"]) for q, d in pairs)
     assert body["usage"]["prompt_tokens"] == expected  # every rendered pair, repeats included

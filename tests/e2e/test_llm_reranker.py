@@ -35,7 +35,7 @@ def reranker(
     preset: str = request.param
     build = build_qwen3_reranker if preset == "qwen3" else build_gemma_reranker
     folder = build(tmp_path_factory.mktemp(f"{preset}-llm"))
-    app = create_app(Settings(model=str(folder), kind="llm-reranker", served_model_name=f"tiny-{preset}"))
+    app = create_app(Settings.for_model(str(folder), kind="llm-reranker", name=f"tiny-{preset}"))
     with serve(app) as live:
         yield live, Reference.load(folder, preset)
 

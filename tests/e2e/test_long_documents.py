@@ -40,8 +40,8 @@ def qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def llm(qwen3_dir: Path) -> Iterator[tuple[ScorekitApp, Live, Reference]]:
     """The tiny Qwen3 reranker, chunking by default, in small batches (so a long document spans many)."""
-    settings = Settings(
-        model=str(qwen3_dir),
+    settings = Settings.for_model(
+        str(qwen3_dir),
         kind="llm-reranker",
         long_documents="chunk",
         chunk_overlap=OVERLAP,
@@ -54,7 +54,7 @@ def llm(qwen3_dir: Path) -> Iterator[tuple[ScorekitApp, Live, Reference]]:
 
 @pytest.fixture(scope="module")
 def chunking_cross_encoder(cross_encoder_dir: Path) -> Iterator[Live]:
-    with serve(create_app(Settings(model=str(cross_encoder_dir), chunk_overlap=OVERLAP))) as live:
+    with serve(create_app(Settings.for_model(str(cross_encoder_dir), chunk_overlap=OVERLAP))) as live:
         yield live
 
 
@@ -151,22 +151,22 @@ def test_a_client_that_leaves_during_a_long_document_drops_its_windows(
     llm: tuple[ScorekitApp, Live, Reference],
 ) -> None:
     app, live, _ = llm
-    assert app.engine is not None
-    worker = app.engine.worker.stats
+    engine = app.engine
+    assert engine is not None
     documents = [long_document(12_000, seed) for seed in range(4)]  # ~650 windows, ~160 batches of 4
     raw = json.dumps({"query": QUERY, "documents": documents}).encode()
     head = http_head("POST", "/rerank", {"Content-Type": "application/json", "Content-Length": str(len(raw))})
-    before = worker.items
+    before = engine.snapshot().worker.items
     sock = live.connect()
     sock.sendall(head + raw)
-    assert wait_for(lambda: worker.items > before, timeout=60), "no window ever ran"
+    assert wait_for(lambda: engine.snapshot().worker.items > before, timeout=60), "no window ever ran"
     sock.close()
     assert live.wait_load(0, timeout=10) == 0
     ran = settled_items(app) - before  # the queue is empty: the windows left were dropped, not run
     assert ran < 600, f"{ran} windows ran for a client that had left"
     status, _ = live.json("GET", "/health")
     assert status == 200
-    assert worker.items - before == ran, "windows kept running after the client left"
+    assert engine.snapshot().worker.items - before == ran, "windows kept running after the client left"
 
 
 def test_cohere_v2_sdk_with_max_tokens_per_doc_on_an_llm_reranker(llm: tuple[ScorekitApp, Live, Reference]) -> None:
@@ -217,18 +217,18 @@ def test_a_short_request_is_not_starved_by_a_long_documents_windows(
     """Windows are queued work like any other: a one-document request sent while ~650 windows wait is
     answered before they have all run."""
     app, live, _ = llm
-    assert app.engine is not None
-    worker = app.engine.worker.stats
+    engine = app.engine
+    assert engine is not None
     documents = [long_document(12_000, seed) for seed in range(4)]
     raw = json.dumps({"query": QUERY, "documents": documents}).encode()
     head = http_head("POST", "/rerank", {"Content-Type": "application/json", "Content-Length": str(len(raw))})
-    before = worker.items
+    before = engine.snapshot().worker.items
     sock = live.connect()
     try:
         sock.sendall(head + raw)
-        assert wait_for(lambda: worker.items > before, timeout=60), "no window ever ran"
+        assert wait_for(lambda: engine.snapshot().worker.items > before, timeout=60), "no window ever ran"
         status, body = live.json("POST", "/rerank", {"query": QUERY, "documents": ["Paris"]})
-        ran = worker.items - before
+        ran = engine.snapshot().worker.items - before
         assert status == 200, body
         assert ran < 600, f"the short request waited for {ran} windows"
     finally:

@@ -1,9 +1,9 @@
 """A long query costs what the model can keep of it, and its tokenizing stops within one bounded unit of work
 when its client leaves, whatever the number of pairs it is joined into.
 
-Counted by the engine, not by the clock (``EngineStats``): ``tokenize_work`` counts characters tokenized and
-tokens copied into model inputs, ``largest_step`` the most work between two checkpoints, and
-``work_after_abandon`` what a thread did between its client leaving and its stop.
+Counted by the engine, not by the clock (``EngineStats``, read through ``Engine.snapshot``): ``tokenize_work``
+counts characters tokenized and tokens copied into model inputs, ``largest_step`` the most work between two
+checkpoints, and ``work_after_abandon`` what a thread did between its client leaving and its stop.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from scorekit.app import ScorekitApp, create_app
-from scorekit.engine import Engine, EngineStats
+from scorekit.engine import Engine
 from scorekit.models.tokens import CHUNK_CHARS
 from scorekit.settings import Settings
 from tests.hardening.conftest import scrape
@@ -37,7 +37,7 @@ def _engine(app: ScorekitApp) -> Engine:
 
 @pytest.fixture(scope="module")
 def tiny_ce(cross_encoder_dir: Path) -> Iterator[tuple[ScorekitApp, Live]]:
-    app = create_app(Settings(model=str(cross_encoder_dir), served_model_name="tiny-ce"))
+    app = create_app(Settings.for_model(str(cross_encoder_dir), name="tiny-ce"))
     with serve(app) as live:
         yield app, live
 
@@ -50,11 +50,11 @@ def _documents(words: int) -> list[str]:
     return [" ".join(f"d{(i * 7 + j) % 501}" for j in range(words)) for i in range(DOCUMENTS)]
 
 
-def _work(stats: EngineStats) -> int:
+def _work(engine: Engine) -> int:
     """The engine's work counter once it has stopped moving (the last request's thread may still report)."""
     while True:
-        seen = stats.tokenize_work
-        if not wait_for(lambda seen=seen: stats.tokenize_work != seen, timeout=0.3):  # type: ignore[misc]
+        seen = engine.snapshot().tokenizing.tokenize_work
+        if not wait_for(lambda seen=seen: engine.snapshot().tokenizing.tokenize_work != seen, timeout=0.3):  # type: ignore[misc]
             return seen
 
 
@@ -62,19 +62,19 @@ def test_an_answered_long_query_costs_what_a_512_token_query_does_plus_reading_i
     tiny_ce: tuple[ScorekitApp, Live], cross_encoder_dir: Path
 ) -> None:
     app, live = tiny_ce
-    stats = _engine(app).stats
+    engine = _engine(app)
     tokenizer = AutoTokenizer.from_pretrained(cross_encoder_dir)
     short_words = next(n for n in range(100, 2000, 10) if len(tokenizer.tokenize(_words(n))) >= 512)
     documents = _documents(100)  # fewer tokens than either query: the same cut of both (longest first)
     measured = {}
     scores = {}
     for name, query in (("512 tokens", _words(short_words)), ("1.6M words", _words(QUERY_WORDS))):
-        before = _work(stats)
+        before = _work(engine)
         status, body = live.json(
             "POST", "/rerank", {"query": query, "documents": documents, "truncate_prompt_tokens": -1}
         )
         assert status == 200, body
-        measured[name] = _work(stats) - before
+        measured[name] = _work(engine) - before
         scores[name] = {result["index"]: result["relevance_score"] for result in body["results"]}
     ratio = measured["1.6M words"] / measured["512 tokens"]
     assert ratio <= 1.25, f"the long query cost {ratio:.2f}x a 512-token one ({measured})"
@@ -89,34 +89,39 @@ def test_a_long_query_abandoned_while_tokenizing_stops_within_one_unit_of_work(
 ) -> None:
     app, live = tiny_ce
     engine = _engine(app)
-    stats, worker = engine.stats, engine.worker.stats
     documents = _documents(20_000)  # 40 x ~130 KB: tokenizing them takes dozens of units
     body = json.dumps({"query": _words(QUERY_WORDS), "documents": documents, "truncate_prompt_tokens": -1}).encode()
     tokenized = ("scorekit_tokenize_duration_seconds_count", (("model", "tiny-ce"),))
     timings_before = scrape(live).get(tokenized, 0.0)
-    before = _work(stats)
+    before = _work(engine)
+    start = engine.snapshot()
     chunks, stopped, after_abandon, items = (
-        stats.tokenize_chunks,
-        stats.tokenizing_stopped,
-        stats.work_after_abandon,
-        worker.items,
+        start.tokenizing.tokenize_chunks,
+        start.tokenizing.tokenizing_stopped,
+        start.tokenizing.work_after_abandon,
+        start.worker.items,
     )
 
     sock = live.connect()
     sock.sendall(http_head("POST", "/rerank", {"Content-Type": "application/json", "Content-Length": str(len(body))}))
     sock.sendall(body)
-    assert wait_for(lambda: stats.tokenize_chunks >= chunks + 3, timeout=60), "tokenizing never started"
+    assert wait_for(lambda: engine.snapshot().tokenizing.tokenize_chunks >= chunks + 3, timeout=60), (
+        "tokenizing never started"
+    )
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset, as the attack
     sock.close()
 
     assert live.wait_load(0, timeout=10) == 0, "the abandoned request still counts as load"
-    assert wait_for(lambda: stats.tokenizing_stopped > stopped, timeout=10), "tokenizing did not stop"
-    done = _work(stats) - before
+    assert wait_for(lambda: engine.snapshot().tokenizing.tokenizing_stopped > stopped, timeout=10), (
+        "tokenizing did not stop"
+    )
+    done = _work(engine) - before
     everything = sum(map(len, documents))
     assert done < everything / 2, f"{done} units of work were done for a client that had left"
-    assert stats.work_after_abandon - after_abandon <= CHUNK_CHARS
-    assert stats.largest_step <= CHUNK_CHARS
-    assert worker.items == items, "the abandoned request reached the model"
+    end = engine.snapshot()
+    assert end.tokenizing.work_after_abandon - after_abandon <= CHUNK_CHARS
+    assert end.tokenizing.largest_step <= CHUNK_CHARS
+    assert end.worker.items == items, "the abandoned request reached the model"
     # What it cost is on record, though it never finished.
     assert wait_for(lambda: scrape(live).get(tokenized, 0.0) == timings_before + 1, timeout=10)
 

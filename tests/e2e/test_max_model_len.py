@@ -22,7 +22,7 @@ DOCUMENT = "the quick brown fox jumps over the lazy dog again and again near the
 
 @pytest.fixture(scope="module")
 def capped(cross_encoder_dir: Path) -> Iterator[Live]:
-    settings = Settings(model=str(cross_encoder_dir), served_model_name="tiny-ce-capped", max_model_len=CAP)
+    settings = Settings.for_model(str(cross_encoder_dir), name="tiny-ce-capped", max_model_len=CAP)
     with serve(create_app(settings)) as live:
         yield live
 

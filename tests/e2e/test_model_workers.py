@@ -68,7 +68,7 @@ def test_concurrent_requests_get_the_reference_scores(
     for body, got in zip(bodies, answers, strict=True):
         pairs = [(body["queries"], document) for document in body["documents"]]
         assert got == pytest.approx(reference.predict(pairs).tolist(), abs=1e-5)
-    stats = engine_of(app).worker.stats
+    stats = engine_of(app).snapshot().worker
     assert stats.items == sum(len(body["documents"]) for body in bodies)
     assert stats.most_busy == 2  # the two threads ran batches at once
     assert live.wait_load(0) == 0
@@ -111,11 +111,11 @@ def test_a_client_that_leaves_wastes_only_the_two_batches_in_flight(
     sock = live.send_json("/rerank", {"query": "a query", "documents": documents})
     try:
         # Both threads hold one of its batches (both were waiting when it was queued: one wakes the other).
-        assert wait_for(lambda: gate.entered == 2, timeout=60), (gate.entered, engine.batcher.queued)
-        assert engine.batcher.queued == len(documents) - 2 * BATCH
+        assert wait_for(lambda: gate.entered == 2, timeout=60), (gate.entered, engine.snapshot().queued_items)
+        assert engine.snapshot().queued_items == len(documents) - 2 * BATCH
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         sock.close()
-        assert wait_for(lambda: engine.active_requests == 0 and engine.batcher.queued == 0, timeout=60)
+        assert wait_for(lambda: engine.active_requests == 0 and engine.snapshot().queued_items == 0, timeout=60)
     finally:
         gate.open.set()
     assert live.wait_load(0) == 0

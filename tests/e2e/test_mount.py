@@ -10,11 +10,16 @@ import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
+import anyio
 import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from scorekit.app import ScorekitApp, create_app
+from scorekit.asgi import Message
+from scorekit.http import Request, Response
+from scorekit.routing import Route, Router
+from scorekit.testing.scopes import make_scope
 from tests.live import SERVERS, Live, close_answers, serve
 
 pytestmark = pytest.mark.e2e
@@ -72,3 +77,33 @@ def test_unmounted_openapi_has_no_servers() -> None:
         assert status == 200 and "servers" not in spec
         status, headers, _ = live.request("POST", "/v1/rerank", PAYLOAD)
         assert status == 200 and headers["link"] == '</rerank>; rel="successor-version"'
+
+
+async def _scoring(request: Request) -> Response:
+    return Response(request.path.encode(), media_type=None)
+
+
+@pytest.mark.parametrize(
+    ("path", "answer"),
+    [
+        ("/sc/scoring", (200, b"/scoring")),  # the server put the prefix in the path: stripped
+        ("/sc", (404, b"Route /sc not found.")),  # the prefix alone is the mount's root, which has no route
+        ("/scoring", (200, b"/scoring")),  # a path given without the prefix: "/sc" is not the start of "/scoring"
+        ("/scoring/nope", (404, b"Route /sc/scoring/nope not found.")),  # and the 404 adds the prefix to name it
+    ],
+)
+def test_a_mount_prefix_is_stripped_only_at_a_segments_end(path: str, answer: tuple[int, bytes]) -> None:
+    """Under ``root_path`` "/sc", "/sc/..." is a prefixed path and "/scoring" is not: a prefix that ends inside
+    a path segment is no prefix."""
+    router = Router([Route("GET", "/scoring", _scoring)], state=None, max_body_bytes=1024)
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    anyio.run(router, make_scope("uvicorn", path=path, root_path="/sc"), receive, send)
+    status, body = sent[0]["status"], sent[1]["body"]
+    assert (status, body if status == 200 else json.loads(body)["error"]["message"].encode()) == answer

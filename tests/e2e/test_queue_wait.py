@@ -26,7 +26,7 @@ LIMIT = 1.0  # seconds: long enough for an idle worker to pick up a request on a
 def waiting_server() -> Iterator[tuple[ScorekitApp, Live]]:
     # No small-job lane: with the one worker thread held, a late request can only wait.
     engine = EngineConfig(max_batch_size=4, max_batch_tokens=4096, max_queue_wait=LIMIT, small_job_lane=0)
-    app = create_app(Settings(engine=engine))
+    app = create_app(Settings.for_model(engine=engine))
     with serve(app) as live:
         yield app, live
 
@@ -47,14 +47,14 @@ def test_a_request_queued_past_the_deadline_gets_503_and_never_runs(
         assert status == 503 and headers["retry-after"] == "1"
         message = json.loads(raw)["error"]["message"]
         assert f"waited more than {LIMIT:g} s in the queue before any of it ran" in message
-        assert engine.batcher.queued == 5  # only the running request's texts wait
-        assert running.is_alive() and engine.worker.stats.items == 0
+        assert engine.snapshot().queued_items == 5  # only the running request's texts wait
+        assert running.is_alive() and engine.snapshot().worker.items == 0
     finally:
         held.release.set()
     running.join(120)
     # The running request waited far past the limit for its later batches and was not cut.
     assert answer["status"] == 200 and len(answer["body"]["results"]) == 8
-    assert engine.worker.stats.items == 9  # its 9 texts; nothing of the late request
+    assert engine.snapshot().worker.items == 9  # its 9 texts; nothing of the late request
     after = scrape(live)
     labels = (("model", DEFAULT_MODEL_NAME), ("reason", "queue_timeout"))
     assert (

@@ -20,9 +20,11 @@ import torch
 
 from bench.bf16_accuracy import pair_scores
 from scorekit.app import create_app
-from scorekit.models import cross_encoder, default_model_path, load_backend
+from scorekit.choices import Runtime
+from scorekit.models import default_model_path, load_backend
+from scorekit.models import loaded as loaded_module
 from scorekit.models.bf16 import native_bf16
-from scorekit.settings import ModelSpec, Runtime, Settings
+from scorekit.settings import ModelSpec, Settings
 from tests.e2e.texts import DOCS, QUERY
 from tests.live import Live, serve
 from tests.models.test_bf16 import DOCS as BF16_DOCS
@@ -208,14 +210,14 @@ def test_a_runtime_with_its_own_weights_lets_the_torch_module_go(
     """ONNX Runtime and OpenVINO hold their own copy of every weight: once the forward is made, nothing keeps the
     torch module alive beside it (a base-size model's second copy is hundreds of MB). torch's forward runs it."""
     loaded: list[weakref.ref[torch.nn.Module]] = []
-    load_model = cross_encoder.load_model
+    load_model = loaded_module.load_model
 
     def recording(*args: Any) -> Any:
         model = load_model(*args)
         loaded.append(weakref.ref(model))
         return model
 
-    monkeypatch.setattr(cross_encoder, "load_model", recording)
+    monkeypatch.setattr(loaded_module, "load_model", recording)
     backend = load_backend(str(cross_encoder_dir), runtime=runtime, cache_dir=str(tmp_path))
     gc.collect()
     assert len(loaded) == 1 and (loaded[0]() is not None) == kept

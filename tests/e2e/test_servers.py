@@ -110,17 +110,19 @@ def test_a_disconnect_stops_a_2000_document_rerank(
     served_minilm: Live, served_minilm_app: ScorekitApp, capsys: pytest.CaptureFixture[str]
 ) -> None:
     live, app = served_minilm, served_minilm_app
-    assert app.engine is not None
-    stats = app.engine.worker.stats
-    batch_size = app.settings.engine.max_batch_size
+    engine = app.engine
+    assert engine is not None
+    batch_size = app.settings.models[0].engine.max_batch_size
     # The server is shared across tests: a batch of an earlier test's cancelled request may still be landing.
     start = settled_stats(app)
     start_items, start_late = start.items, start.items_of_cancelled_jobs
     sock = live.send_json("/rerank", {"query": "topic 3", "documents": many_docs(2000)})
-    assert wait_for(lambda: stats.items >= start_items + 3 * batch_size, timeout=30), "the rerank never started"
+    assert wait_for(lambda: engine.snapshot().worker.items >= start_items + 3 * batch_size, timeout=30), (
+        "the rerank never started"
+    )
     assert live.load() == 1
     sock.close()
-    closed_at, items_at_close = time.monotonic(), stats.items
+    closed_at, items_at_close = time.monotonic(), engine.snapshot().worker.items
     assert wait_for(lambda: live.load() == 0, timeout=10, interval=0.002), f"/load stayed at {live.load()}"
     noticed_s = time.monotonic() - closed_at
     end = settled_stats(app)  # a batch already on the model has landed
@@ -134,7 +136,7 @@ def test_a_disconnect_stops_a_2000_document_rerank(
     # Batches run while the server notices the close; how many depends on the machine's load (wide bound).
     assert ran_after <= NOTICE_BATCHES * batch_size, f"{ran_after} items ran after the close (batch {batch_size})"
     assert end.items - start_items < 2000
-    assert app.engine.batcher.queued == 0
+    assert engine.snapshot().queued_items == 0
     status, payload = live.json("POST", "/rerank", {"query": "q", "documents": ["d"]})
     assert status == 200 and payload["results"][0]["index"] == 0
     # The answer can reach the client just before the request leaves the lifecycle layer (granian, a busy CPU).

@@ -129,8 +129,8 @@ def test_a_busy_model_does_not_hold_up_the_other(
         for _ in range(3):
             status, body = live.json("POST", "/score", {"model": MINILM, "queries": QUERY, "documents": DOCS})
             assert status == 200, body
-        assert big.is_alive() and engine(app, TINY_CE).batcher.queued > 0
-        assert engine(app, MINILM).batcher.queued == 0 and engine(app, MINILM).active_requests == 0
+        assert big.is_alive() and engine(app, TINY_CE).snapshot().queued_items > 0
+        assert engine(app, MINILM).snapshot().queued_items == 0 and engine(app, MINILM).active_requests == 0
     finally:
         held.release.set()
     big.join(120)
@@ -147,20 +147,20 @@ def test_a_client_that_leaves_one_model_leaves_the_other_untouched(
     try:
         assert held.entered.wait(60)
         # The query and 12 documents are 13 texts to embed; batches of 4: one batch running, 9 texts queued.
-        assert wait_for(lambda: minilm.batcher.queued == 9)
+        assert wait_for(lambda: minilm.snapshot().queued_items == 9)
         # A cross-encoder request whose client hangs up while its first batch runs (held) and the rest wait.
         body = json.dumps({"model": TINY_CE, "query": QUERY, "documents": many_docs(40)}).encode()
         head = {"content-type": "application/json", "content-length": str(len(body))}
         sock = live.connect()
         sock.sendall(http_head("POST", "/rerank", head) + body)
         assert held_tiny.entered.wait(60)
-        assert wait_for(lambda: tiny.active_requests == 1 and tiny.batcher.queued == 36, timeout=60)
+        assert wait_for(lambda: tiny.active_requests == 1 and tiny.snapshot().queued_items == 36, timeout=60)
         assert live.json("GET", "/load")[1] == {"server_load": 2, "models": {MINILM: 1, TINY_CE: 1}}
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         sock.close()
-        assert wait_for(lambda: tiny.active_requests == 0 and tiny.batcher.queued == 0, timeout=60)
+        assert wait_for(lambda: tiny.active_requests == 0 and tiny.snapshot().queued_items == 0, timeout=60)
         # The other model's request is exactly where it was.
-        assert (minilm.active_requests, minilm.batcher.queued) == (1, 9)
+        assert (minilm.active_requests, minilm.snapshot().queued_items) == (1, 9)
         assert waiting.is_alive()
         left = {"server_load": 1, "models": {MINILM: 1, TINY_CE: 0}}
         assert wait_for(lambda: live.json("GET", "/load")[1] == left), live.json("GET", "/load")[1]
@@ -188,13 +188,13 @@ def test_a_dead_worker_turns_only_its_models_requests_away(
     pair = {"model": TINY_CE, "queries": "q", "documents": ["d"]}
     status, body = live.json("POST", "/score", pair)
     assert status == 500 and "worker died" in body["error"]["message"]
-    assert wait_for(lambda: not tiny.worker.alive)
+    assert wait_for(lambda: not tiny.health.ready)
     status, body = live.json("POST", "/score", pair)
     assert (status, body["error"]["message"]) == (503, f"The model `{TINY_CE}` is not ready.")
     # The other model serves on, and its requests never see the dead worker.
     for _ in range(3):
         status, body = live.json("POST", "/score", {"model": MINILM, "queries": QUERY, "documents": DOCS})
         assert status == 200, body
-    assert engine(app, MINILM).worker.alive
+    assert engine(app, MINILM).health.ready
     status, _, raw = live.request("GET", "/health")
     assert status == 503 and f"The model `{TINY_CE}` worker died: SystemExit." in raw.decode()

@@ -71,7 +71,9 @@ def test_without_the_lane_a_small_request_waits_for_the_batch_in_flight(
         assert wait_for(lambda: gate.entered == 1, timeout=60)
         small = live.send_json("/rerank", {"query": "a query", "documents": ["a small document"]})
         # The one thread holds the large request's batch, so the small one stays queued, whole.
-        assert wait_for(lambda: engine.active_requests == 2 and engine.batcher.queued == 20 - 4 + 1, timeout=60)
+        assert wait_for(
+            lambda: engine.active_requests == 2 and engine.snapshot().queued_items == 20 - 4 + 1, timeout=60
+        )
     finally:
         gate.open.set()
     for answered, count in ((small, 1), (sock, 20)):

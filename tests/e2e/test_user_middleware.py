@@ -103,11 +103,11 @@ def test_a_client_that_leaves_is_cancelled_through_the_middleware(live: Live, wo
 
 
 def test_a_draining_servers_503_carries_the_origin(cors_app: ScorekitApp, live: Live) -> None:
-    cors_app.begin_drain()
+    cors_app.drain.begin()
     try:
         status, headers, _ = live.request("POST", "/rerank", RERANK, headers={"Origin": ORIGIN})
         assert status == 503 and headers["access-control-allow-origin"] == ORIGIN
         assert headers["connection"] == "close"
         assert live.json("GET", "/load")[0] == 200  # service routes stay open during a drain
     finally:
-        cors_app.state.draining = False
+        cors_app.drain.draining = False

@@ -33,7 +33,7 @@ VALID = json.dumps({"queries": "q", "documents": "d"}).encode()
 
 @pytest.fixture(scope="module", params=SERVERS)
 def edge(request: pytest.FixtureRequest) -> Iterator[tuple[ScorekitApp, Live]]:
-    app = create_app(Settings(engine=SMALL_BATCHES))
+    app = create_app(Settings.for_model(engine=SMALL_BATCHES))
     with serve(app, request.param) as live:
         yield app, live
 
@@ -200,15 +200,15 @@ def test_a_reset_behind_a_pipelined_request(edge: tuple[ScorekitApp, Live]) -> N
     """Documents the servers: uvicorn notices the reset and cancels the running request; hypercorn and granian
     do not read the connection while a request runs, so its work runs to the end (a plain ASGI app alike)."""
     app, live = edge
-    assert app.engine is not None
-    stats = app.engine.worker.stats
+    engine = app.engine
+    assert engine is not None
     body = json.dumps({"query": "topic", "documents": docs(400)}).encode()
     items = 401  # a bi-encoder encodes the query and each document
     before = settled_items(app)
     sock = live.connect(timeout=10)
     head = json_head("/rerank", body).replace(b"Connection: close\r\n", b"")
     sock.sendall(head + body + b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-    assert wait_for(lambda: stats.items >= before + 2 * SMALL_BATCHES.max_batch_size, timeout=30)
+    assert wait_for(lambda: engine.snapshot().worker.items >= before + 2 * SMALL_BATCHES.max_batch_size, timeout=30)
     reset(sock)
     assert wait_for(lambda: app.load.routed == 0, timeout=60)
     ran = settled_items(app) - before
@@ -230,8 +230,8 @@ def open_fds() -> dict[int, str]:
 
 def disconnect_phases(app: ScorekitApp, live: Live) -> None:
     """The client leaves during the headers, during the body, while queued and while running."""
-    assert app.engine is not None
-    stats = app.engine.worker.stats
+    engine = app.engine
+    assert engine is not None
     small = json.dumps({"query": "q", "documents": docs(2)}).encode()
     large = json.dumps({"query": "q", "documents": docs(400)}).encode()
     with live.connect() as sock:
@@ -243,7 +243,7 @@ def disconnect_phases(app: ScorekitApp, live: Live) -> None:
     start = settled_items(app)  # the first round's last batch may still be landing: it must not count as this one's
     running = live.connect()
     running.sendall(json_head("/rerank", large) + large)
-    assert wait_for(lambda: stats.items > start, timeout=30)
+    assert wait_for(lambda: engine.snapshot().worker.items > start, timeout=30)
     queued = live.connect()
     queued.sendall(json_head("/rerank", small) + small)
     time.sleep(0.05)

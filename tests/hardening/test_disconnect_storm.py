@@ -83,18 +83,18 @@ def _settle(app: ScorekitApp, live: Live, tasks: int) -> None:
     assert engine is not None
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        idle = app.load.total == 0 and engine.batcher.queued == 0 and engine.active_requests == 0
+        idle = app.load.total == 0 and engine.snapshot().queued_items == 0 and engine.active_requests == 0
         if idle and live.load() == 0 and server_tasks(live) <= tasks:
             return
         time.sleep(0.05)
     raise AssertionError(
-        f"not idle: load.total={app.load.total} routed={live.load()} queued={engine.batcher.queued} "
+        f"not idle: load.total={app.load.total} routed={live.load()} queued={engine.snapshot().queued_items} "
         f"active={engine.active_requests} tasks={server_tasks(live)} (baseline {tasks})"
     )
 
 
 def test_disconnect_storm_leaks_nothing() -> None:
-    with running(Settings(engine=EngineConfig(max_batch_size=16, max_batch_tokens=4096))) as (app, live):
+    with running(Settings.for_model(engine=EngineConfig(max_batch_size=16, max_batch_tokens=4096))) as (app, live):
         _round(live, WARM_UP, seed=1)
         time.sleep(0.2)
         tasks = server_tasks(live)

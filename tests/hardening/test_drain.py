@@ -28,7 +28,7 @@ def test_refused_requests_never_count_as_load(monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setattr(Metrics, "observe_request", spy)
     with running(Settings()) as (app, live):
-        app.begin_drain()
+        app.drain.begin()
         for _ in range(5):
             status, headers, raw = live.request("POST", "/rerank", SMALL, timeout=30)
             error_of(status, raw, 503)

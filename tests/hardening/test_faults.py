@@ -24,7 +24,7 @@ from scorekit.app import ScorekitApp
 from scorekit.models.base import Encoded
 from scorekit.settings import EngineConfig, Settings
 from tests.hardening.conftest import error_of, json_head, read_response, running
-from tests.live import Live
+from tests.live import Live, wait_for
 
 REQUESTS = 16
 Forward = Callable[[Sequence[Encoded]], list[torch.Tensor]]
@@ -36,7 +36,7 @@ def _pair(i: int) -> dict[str, str]:
 
 @pytest.fixture
 def small() -> Iterator[tuple[ScorekitApp, Live]]:
-    with running(Settings(engine=EngineConfig(max_batch_size=4))) as started:
+    with running(Settings.for_model(engine=EngineConfig(max_batch_size=4))) as started:
         yield started
 
 
@@ -101,7 +101,7 @@ def test_a_failing_batch_fails_only_its_requests(small: tuple[ScorekitApp, Live]
         else:
             assert status == 200, (i, raw)
             assert math.isclose(json.loads(raw)["data"][0]["score"], alone[i], abs_tol=1e-5)
-    assert app.engine.worker.stats.failed_batches == 1
+    assert app.engine.snapshot().worker.failed_batches == 1
     # The server keeps serving.
     assert live.request("GET", "/health")[0] == 200
     assert live.json("POST", "/score", bodies[0])[1]["data"][0]["score"] == pytest.approx(alone[0], abs=1e-5)
@@ -132,9 +132,9 @@ def test_a_dead_worker_makes_health_503_and_is_logged(
     _kill_worker_on_first_batch(app, monkeypatch)
     status, _, raw = live.request("POST", "/score", _pair(0), timeout=10)  # its batch killed the worker
     assert "worker died" in error_of(status, raw, 500)["message"]
-    app.engine.worker.join(5)
-    assert not app.engine.worker.alive
-    assert isinstance(app.engine.worker.death, SystemExit)
+    engine = app.engine
+    assert wait_for(lambda: not engine.health.ready, timeout=5)
+    assert isinstance(engine.health.death, SystemExit)
 
     status, _, raw = live.request("GET", "/health")
     error = error_of(status, raw, 503)

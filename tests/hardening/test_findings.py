@@ -28,7 +28,7 @@ VALID = json.dumps({"queries": "q", "documents": "d"}).encode()
 
 @pytest.fixture(scope="module")
 def granian() -> Iterator[tuple[ScorekitApp, Live]]:
-    app = create_app(Settings(engine=SMALL_BATCHES))
+    app = create_app(Settings.for_model(engine=SMALL_BATCHES))
     with serve(app, "granian") as live:
         yield app, live
 
@@ -61,14 +61,16 @@ def test_metrics_count_the_400_sent_to_a_malformed_body_under_granian(granian: t
 def test_metrics_count_499_for_a_client_gone_with_nothing_sent(granian: tuple[ScorekitApp, Live]) -> None:
     """A client that resets while its request runs is sent nothing: that stays a 499."""
     app, live = granian
-    assert app.engine is not None
-    stats = app.engine.worker.stats
+    engine = app.engine
+    assert engine is not None
     body = json.dumps({"query": "topic", "documents": docs(400)}).encode()
     before_items = settled_items(app)
     before = scrape(live)
     sock = live.connect(timeout=10)
     sock.sendall(json_head("/rerank", body) + body)
-    assert wait_for(lambda: stats.items >= before_items + 2 * SMALL_BATCHES.max_batch_size, timeout=30)
+    assert wait_for(
+        lambda: engine.snapshot().worker.items >= before_items + 2 * SMALL_BATCHES.max_batch_size, timeout=30
+    )
     reset(sock)
     assert wait_for(lambda: app.load.total == 0, timeout=60)
     after = scrape(live)

@@ -173,7 +173,7 @@ def test_wrong_method_and_unknown_route_use_the_error_shape(server: Live) -> Non
 @pytest.fixture(scope="module")
 def causal_lm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     folder = build_causal_lm(tmp_path_factory.mktemp("hostile-lm"))
-    with serve(create_app(Settings(model=str(folder), served_model_name="tiny-lm"))) as live:
+    with serve(create_app(Settings.for_model(str(folder), name="tiny-lm"))) as live:
         yield live
 
 

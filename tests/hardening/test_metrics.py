@@ -56,7 +56,7 @@ def _during_big_rerank(live: Live) -> dict[Sample, float]:
 
 
 def test_metrics_move_with_traffic() -> None:
-    with running(Settings(engine=EngineConfig(max_batch_size=16, max_batch_tokens=4096))) as (app, live):
+    with running(Settings.for_model(engine=EngineConfig(max_batch_size=16, max_batch_tokens=4096))) as (app, live):
         before = scrape(live)
 
         for i in range(3):
@@ -76,8 +76,8 @@ def test_metrics_move_with_traffic() -> None:
         sock.sendall(json_head("/rerank", body) + body)
         engine = app.engine
         assert engine is not None
-        batches = engine.worker.stats.batches
-        _until(lambda: engine.worker.stats.batches >= batches + 2)
+        batches = engine.snapshot().worker.batches
+        _until(lambda: engine.snapshot().worker.batches >= batches + 2)
         reset(sock)
         _until(lambda: live.load() == 0)
         # The batch running when the client left still lands after its request ended: scrape once it has.

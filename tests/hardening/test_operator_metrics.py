@@ -36,7 +36,7 @@ def _leave(live: Live, path: str, body: dict[str, Any]) -> socket.socket:
 
 
 def _settled(engine: Engine, queued: int) -> bool:
-    return engine.batcher.queued == queued
+    return engine.snapshot().queued_items == queued
 
 
 def test_operator_metrics_count_every_request_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -45,7 +45,7 @@ def test_operator_metrics_count_every_request_once(monkeypatch: pytest.MonkeyPat
     config = EngineConfig(
         max_batch_size=4, max_batch_tokens=4096, max_queued_items=16, batch_efficiency=None, small_job_lane=0
     )
-    with running(Settings(engine=config)) as (app, live):
+    with running(Settings.for_model(engine=config)) as (app, live):
         engine = app.engine
         assert engine is not None
         before = scrape(live)
@@ -74,7 +74,7 @@ def test_operator_metrics_count_every_request_once(monkeypatch: pytest.MonkeyPat
             during = scrape(live)
             assert _value(during, "scorekit_queue_depth", model=MODEL) == 4
             tokens = _value(during, "scorekit_queue_tokens", model=MODEL)
-            assert tokens == engine.batcher.queued_tokens and tokens >= 4 * 3  # [CLS] a word [SEP] at least
+            assert tokens == engine.snapshot().queued_tokens and tokens >= 4 * 3  # [CLS] a word [SEP] at least
             # 4 queued + 14 texts > 16: refused at once.
             assert live.json("POST", "/rerank", {"query": "q", "documents": docs(13)})[0] == 503
         finally:

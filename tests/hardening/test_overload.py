@@ -34,7 +34,7 @@ def _storm(live: Live, app: ScorekitApp, body: dict[str, Any]) -> tuple[list[Ans
     barrier = threading.Barrier(CLIENTS)
     engine = app.engine
     assert engine is not None
-    items_before = engine.worker.stats.items
+    items_before = engine.snapshot().worker.items
     peak = 0
     watching = True
 
@@ -56,7 +56,7 @@ def _storm(live: Live, app: ScorekitApp, body: dict[str, Any]) -> tuple[list[Ans
     finally:
         watching = False
         watcher.join()
-    return results, peak, engine.worker.stats.items - items_before
+    return results, peak, engine.snapshot().worker.items - items_before
 
 
 def _check(live: Live, results: list[Answer], expected: Lone, items_run: int, says: str) -> None:
@@ -90,10 +90,10 @@ class Lone:
 
 def _lone(live: Live, app: ScorekitApp, body: dict[str, Any]) -> Lone:
     assert app.engine is not None
-    before = app.engine.worker.stats.items
+    before = app.engine.snapshot().worker.items
     status, payload = live.json("POST", "/rerank", body)
     assert status == 200
-    return Lone(payload["results"], app.engine.worker.stats.items - before)
+    return Lone(payload["results"], app.engine.snapshot().worker.items - before)
 
 
 def _with(settings: Settings, test: Callable[[ScorekitApp, Live], None]) -> None:
@@ -115,7 +115,7 @@ def test_max_concurrent_requests_sheds_the_excess() -> None:
         again = _lone(live, app, body)
         assert again.items == expected.items and close_answers(again.results, expected.results)
 
-    _with(Settings(engine=EngineConfig(max_concurrent_requests=4, max_batch_size=8)), test)
+    _with(Settings.for_model(engine=EngineConfig(max_concurrent_requests=4, max_batch_size=8)), test)
 
 
 def test_max_queued_items_sheds_the_excess() -> None:
@@ -126,9 +126,9 @@ def test_max_queued_items_sheds_the_excess() -> None:
         expected = _lone(live, app, body)
         results, _, items_run = _storm(live, app, body)
         _check(live, results, expected, items_run, "items are queued")
-        assert app.engine is not None and app.engine.batcher.queued == 0
+        assert app.engine is not None and app.engine.snapshot().queued_items == 0
 
-    _with(Settings(engine=EngineConfig(max_queued_items=100, max_batch_size=8)), test)
+    _with(Settings.for_model(engine=EngineConfig(max_queued_items=100, max_batch_size=8)), test)
 
 
 def test_a_request_larger_than_the_whole_queue_is_a_400_not_a_503() -> None:
@@ -138,7 +138,7 @@ def test_a_request_larger_than_the_whole_queue_is_a_400_not_a_503() -> None:
         error = error_of(status, raw, 400)
         assert "151" in error["message"] and "100" in error["message"]
         assert "retry-after" not in headers
-        assert app.engine is not None and app.engine.batcher.queued == 0
+        assert app.engine is not None and app.engine.snapshot().queued_items == 0
         assert _lone(live, app, {"query": "q", "documents": docs(50)}).results  # one that fits still runs
 
-    _with(Settings(engine=EngineConfig(max_queued_items=100)), test)
+    _with(Settings.for_model(engine=EngineConfig(max_queued_items=100)), test)

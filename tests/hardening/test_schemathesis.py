@@ -53,7 +53,7 @@ def minilm_server() -> Iterator[Live]:
 @pytest.fixture(scope="module")
 def causal_lm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     folder = build_causal_lm(tmp_path_factory.mktemp("fuzz-lm"))
-    with serve(create_app(Settings(model=str(Path(folder)), served_model_name="tiny-lm"))) as live:
+    with serve(create_app(Settings.for_model(str(Path(folder)), name="tiny-lm"))) as live:
         yield live
 
 

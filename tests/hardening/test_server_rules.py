@@ -25,7 +25,7 @@ from starlette.middleware import Middleware
 from scorekit.api.routes import ROUTES
 from scorekit.app import ScorekitApp, create_app
 from scorekit.asgi import ASGIApp, Message, Receive, Scope, Send
-from scorekit.cli import parse, settings_from
+from scorekit.cli import parse
 from scorekit.routing import Route
 from scorekit.settings import DEFAULT_MODEL_NAME, EngineConfig, Settings
 from tests.hardening.conftest import Sample, error_of, request_head, scrape
@@ -95,7 +95,7 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ScorekitAp
     with pytest.MonkeyPatch.context() as env:  # the flags alone: no SCOREKIT_* variable of the machine's
         for name in [name for name in os.environ if name.startswith("SCOREKIT_")]:
             env.delenv(name)
-        settings = settings_from(parse(["serve", "--api-key-file", str(keys), "--allowed-origins", ORIGIN]))
+        settings = parse(["serve", "--api-key-file", str(keys), "--allowed-origins", ORIGIN]).settings
     app = create_app(settings)
     with serve(app) as live:
         yield app, live
@@ -103,7 +103,7 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ScorekitAp
 
 def _items(app: ScorekitApp) -> int:
     assert app.engine is not None
-    return app.engine.worker.stats.items
+    return app.engine.snapshot().worker.items
 
 
 def test_a_near_miss_of_a_key_is_refused_on_every_route_kind(keyed: tuple[ScorekitApp, Live]) -> None:
@@ -249,7 +249,7 @@ def test_while_draining_a_request_no_route_takes_gets_its_404_or_405(
     does not take still a 405 (with Allow), counted as such under ``unmatched``, not as 503s."""
     app, _, _, live = draining
     before = scrape(live)
-    app.begin_drain()
+    app.drain.begin()
     try:
         for method in ("GET", "POST"):
             status, _, raw = live.request(method, "/nowhere", {} if method == "POST" else None)
@@ -263,7 +263,7 @@ def test_while_draining_a_request_no_route_takes_gets_its_404_or_405(
         _wait_counted(live, before, {("unmatched", "404"): 2, ("unmatched", "405"): 2, ("unmatched", "503"): 0})
         _wait_counted(live, before, {("/rerank", "503"): 1})
     finally:
-        app.state.draining = False
+        app.drain.draining = False
 
 
 def test_an_answer_started_before_the_drain_deadline_gets_no_503_on_top(
@@ -290,11 +290,11 @@ def test_an_answer_started_before_the_drain_deadline_gets_no_503_on_top(
         waiting.start()
         assert held.wait(30)
         assert tap.loop is not None
-        app.begin_drain()
+        app.drain.begin()
         try:  # what the server process does at the deadline (serving._DrainingServer._cut)
-            cut = asyncio.run_coroutine_threadsafe(app.cut_in_flight(5.0), tap.loop).result(60)
+            cut = asyncio.run_coroutine_threadsafe(app.drain.cut(5.0), tap.loop).result(60)
         finally:
-            app.state.draining = False
+            app.drain.draining = False
         rest = b""
         try:
             while got := streaming.recv(65536):
@@ -319,7 +319,9 @@ EMBEDDINGS = "/v1/embeddings"
 
 @pytest.fixture(scope="module")
 def limited() -> Iterator[tuple[ScorekitApp, Live]]:
-    settings = Settings(max_body_bytes=BODY, max_items_per_request=ITEMS, engine=EngineConfig(max_queued_items=QUEUE))
+    settings = Settings.for_model(
+        max_body_bytes=BODY, max_items_per_request=ITEMS, engine=EngineConfig(max_queued_items=QUEUE)
+    )
     app = create_app(settings)
     with serve(app) as live:
         yield app, live

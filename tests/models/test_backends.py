@@ -96,9 +96,8 @@ def test_bi_encoder_one_query_scores_equal_the_zipped_pairs_bit_for_bit(minilm: 
     query, documents = PAIRS[0][0], [document for _, document in PAIRS]
 
     def scores(side1: list[str]) -> list[float]:
-        plan = minilm.plan_pairs(side1, documents, PairOptions(), lambda s, i: f"{s}[{i}]")
-        inputs = plan.encode(no_checkpoint)
-        return plan.finish(inputs, minilm.forward(inputs)).scores
+        encoding = minilm.plan_pairs(side1, documents, PairOptions()).encode(no_checkpoint)
+        return encoding.finish(minilm.forward(encoding.inputs)).scores
 
     one_query = scores([query])
     assert one_query == scores([query] * len(documents))
@@ -175,6 +174,23 @@ def test_causal_lm_matches_single_sequence_log_softmax(
         expected = logits.log_softmax(-1)[labels]
         assert output.dtype == torch.float32 and output.shape == (len(labels),)
         torch.testing.assert_close(output, expected, rtol=0, atol=1e-5)
+
+
+def test_a_forward_builds_no_autograd_graph_whoever_calls_it(
+    minilm: BiEncoderBackend, cross_encoder: CrossEncoderBackend, causal_lm: CausalLMBackend
+) -> None:
+    """A backend's forward enters inference mode itself (``base.inference``, the one place): a caller outside
+    the worker (the token-budget probe, a test, a benchmark) gets outputs with no autograd graph behind them."""
+    assert not torch.is_inference_mode_enabled()
+    batches: list[tuple[Backend, list[Encoded]]] = [
+        (minilm, minilm.encode_texts(["a text"], None, None)),
+        (cross_encoder, cross_encoder.encode_pairs(["q"], ["d"], None, None)),
+        (causal_lm, causal_lm.encode_prompts("q", ["an item"], [1], item_first=False, add_special_tokens=True)),
+    ]
+    for backend, batch in batches:
+        outputs = backend.forward(batch)
+        assert outputs and all(torch.is_inference(output) and not output.requires_grad for output in outputs)
+    assert not torch.is_inference_mode_enabled()
 
 
 def test_causal_lm_token_ids_and_no_special_tokens(causal_lm: CausalLMBackend) -> None:
@@ -383,9 +399,8 @@ def test_loading_errors_are_clear(tmp_path: Path) -> None:
 
 
 def _embed(backend: BiEncoderBackend, texts: list[str], options: EmbedOptions) -> torch.Tensor:
-    plan = backend.plan_embed(texts, options, lambda _, i: f"input[{i}]")
-    inputs = plan.encode(no_checkpoint)
-    return torch.tensor(plan.finish(inputs, backend.forward(inputs)).vectors)
+    encoding = backend.plan_embed(texts, options).encode(no_checkpoint)
+    return torch.tensor(encoding.finish(backend.forward(encoding.inputs)).vectors)
 
 
 def test_a_bi_encoder_without_normalize_embeds_as_sentence_transformers_does(tmp_path: Path) -> None:
@@ -406,7 +421,6 @@ def test_a_bi_encoder_without_normalize_embeds_as_sentence_transformers_does(tmp
     torch.testing.assert_close(_embed(backend, texts, EmbedOptions()), expected, rtol=0, atol=1e-5)
     normalized = torch.nn.functional.normalize(expected, dim=1)
     torch.testing.assert_close(_embed(backend, texts, EmbedOptions(normalize=True)), normalized, rtol=0, atol=1e-5)
-    scores = backend.plan_pairs([texts[0]], texts[1:2], PairOptions(), lambda s, i: f"{s}[{i}]")
-    pair_inputs = scores.encode(no_checkpoint)
-    cosine = scores.finish(pair_inputs, backend.forward(pair_inputs)).scores[0]
+    pairs = backend.plan_pairs([texts[0]], texts[1:2], PairOptions()).encode(no_checkpoint)
+    cosine = pairs.finish(backend.forward(pairs.inputs)).scores[0]
     assert cosine == pytest.approx(float(normalized[0] @ normalized[1]), abs=1e-5)

@@ -89,10 +89,10 @@ def test_each_tiny_kind_in_bf16_is_within_the_sanity_bound(name: str, tmp_path: 
 
 
 def test_a_bf16_server_reranks_within_the_documented_error(minilm: Backend) -> None:
-    """End to end: MiniLM served in bfloat16 by uvicorn (``Settings(dtype=...)``, as ``--dtype``), /rerank's
+    """End to end: MiniLM served in bfloat16 by uvicorn (``Settings.for_model(dtype=...)``, as ``--dtype``), /rerank's
     scores against float32's."""
     exact = pair_scores(minilm, QUERY_SET[:1], DOCS)[0]
-    got = served_rerank(Settings(dtype="bfloat16"), QUERY_SET[0], DOCS)
+    got = served_rerank(Settings.for_model(dtype="bfloat16"), QUERY_SET[0], DOCS)
     assert 0 < float((got - exact).abs().max()) <= MINILM_ERROR
 
 

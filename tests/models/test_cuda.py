@@ -17,7 +17,7 @@ from scorekit.models import ModelKind, PairScorer, default_model_path, load_back
 from scorekit.models.base import Encoded, no_checkpoint, token_array
 from scorekit.models.budget import MEMORY_SHARE, batch_token_budget, token_budgets
 from scorekit.models.causal_lm import PER_ROW_LOGITS, TRANSFORMERS
-from scorekit.models.loading import pad_batch
+from scorekit.models.padding import pad_batch
 from scorekit.settings import EngineConfig, ModelSpec, Settings
 from scorekit.tasks import PairOptions
 from tests.models.test_bf16 import BUILDS, MINILM_ERROR, TINY_ERROR, Scores, served_rerank
@@ -79,7 +79,7 @@ def test_auto_is_float16_on_the_gpu() -> None:
 def test_a_padded_batch_reaches_the_gpu_whole(tmp_path: Path) -> None:
     backend = load_backend(str(build_cross_encoder(tmp_path)), device="cuda")
     assert isinstance(backend, PairScorer)
-    inputs = backend.plan_pairs(["q"], DOCS, PairOptions(), lambda side, index: "").encode(no_checkpoint)
+    inputs = backend.plan_pairs(["q"], DOCS, PairOptions()).encode(no_checkpoint).inputs
     on_gpu = pad_batch(inputs, 0, torch.device("cuda"))
     on_cpu = pad_batch(inputs, 0, torch.device("cpu"))
     assert on_gpu.keys() == on_cpu.keys()
@@ -121,5 +121,5 @@ def test_models_on_one_gpu_split_its_memory() -> None:
 
 def test_a_gpu_server_reranks_as_the_cpu_does() -> None:
     exact = pair_scores(load_backend(default_model_path()), QUERY_SET[:1], DOCS)[0]
-    got = served_rerank(Settings(device="cuda"), QUERY_SET[0], DOCS)
+    got = served_rerank(Settings.for_model(device="cuda"), QUERY_SET[0], DOCS)
     assert float((got - exact).abs().max()) <= MINILM_ERROR  # served in float16, auto's dtype on a GPU

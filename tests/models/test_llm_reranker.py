@@ -35,8 +35,7 @@ def backend(qwen3_dir: Path) -> LLMRerankerBackend:
 
 
 def _encode(backend: LLMRerankerBackend, queries: list[str], documents: list[str]) -> list[Encoded]:
-    plan = backend.plan_pairs(queries, documents, PairOptions(), lambda side, i: f"{side}:{i}")
-    return plan.encode(no_checkpoint)
+    return backend.plan_pairs(queries, documents, PairOptions()).encode(no_checkpoint).inputs
 
 
 def test_the_shared_prefix_runs_once_and_changes_no_score(backend: LLMRerankerBackend) -> None:
@@ -155,8 +154,8 @@ def test_a_long_query_is_read_only_as_deep_as_its_prompts_keep_and_they_are_the_
             nonlocal work
             work += units
 
-        plan = backend.plan_pairs([query], DOCS[:4], options, lambda part, i: f"{part}:{i}")
-        return plan.encode(count), work
+        plan = backend.plan_pairs([query], DOCS[:4], options)
+        return plan.encode(count).inputs, work
 
     shortened, read = encoded()
     monkeypatch.setattr(tokens, "PIECE_CHARS", 10**9)  # every text counts as short: tokenized whole
@@ -170,9 +169,7 @@ def test_with_windows_a_query_longer_than_the_model_is_refused_without_reading_i
     backend: LLMRerankerBackend,
 ) -> None:
     query = "why " * 200_000
-    plan = backend.plan_pairs(
-        [query], DOCS[:2], PairOptions(chunking=Chunking(max_chunks=4, overlap=0)), lambda part, i: f"{part}:{i}"
-    )
+    plan = backend.plan_pairs([query], DOCS[:2], PairOptions(chunking=Chunking(max_chunks=4, overlap=0)))
     work = 0
 
     def count(units: int) -> None:

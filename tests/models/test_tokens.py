@@ -15,16 +15,9 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedToken
 
 from scorekit.models import default_model_path
 from scorekit.models.base import Limits
-from scorekit.models.loading import Source, load_tokenizer
-from scorekit.models.tokens import (
-    CHUNK_CHARS,
-    PIECE_CHARS,
-    Meter,
-    TextTokenizer,
-    encode_pairs,
-    piece_ranges,
-    split_budget,
-)
+from scorekit.models.files import Source, load_tokenizer
+from scorekit.models.tokens import CHUNK_CHARS, PIECE_CHARS, Meter, TextTokenizer, piece_ranges
+from scorekit.models.truncation import encode_pairs, split_budget
 from tests.tiny_models import build_bpe_tokenizer
 
 WORDS = ["alpha", "beta,", "gamma!", "  ", "unbelievably", "42", "\n", "Ünï", "de-lta", "(x)", "\t\t", "the"]

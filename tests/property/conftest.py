@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, settings
 from scorekit.asgi import ASGIApp, Receive, Scope, Send
 from scorekit.lifecycle import LifecycleMiddleware, lifecycle_of
 from scorekit.load import LoadCounter
-from scorekit.testing import BACKENDS, FLAVORS, Backend, Flavor, Outcome, Scenario, run_scenario
+from scorekit.testing import BACKENDS, FLAVORS, AsyncBackend, Flavor, Outcome, Scenario, run_scenario
 
 T = TypeVar("T")
 
@@ -46,7 +46,7 @@ def request_ended(outcome: Outcome) -> bool:
     return outcome.returned or outcome.cancelled
 
 
-def run(backend: Backend, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+def run(backend: AsyncBackend, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
     """Run one async example in a fresh event loop of ``backend``."""
     return anyio.run(functools.partial(fn, *args, **kwargs), backend=backend)
 

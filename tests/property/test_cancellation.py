@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from scorekit.asgi import ASGIApp, Receive, Scope, Send
 from scorekit.lifecycle import LifecycleMiddleware
 from scorekit.load import LoadCounter
-from scorekit.testing import AppBehaviour, Backend, ClientScript, Flavor, Scenario, make_server, run_script
+from scorekit.testing import AppBehaviour, AsyncBackend, ClientScript, Flavor, Scenario, make_server, run_script
 from scorekit.testing.apps import AppError, AppRecorder, BehaviourApp, BehaviourKind, is_final, respond, ticks
 from scorekit.testing.audit import Audit
 from scorekit.testing.strategies import client_scripts, scenarios
@@ -42,7 +42,7 @@ def first_tick(audit: Audit, *kinds: str) -> int | None:
 @each_backend
 @PROPERTY
 @given(scenario=scenarios(kinds=BUSY_KINDS, disconnects=("before_body", "mid_body", "after_body", "mid_response")))
-def test_C1_disconnect_cancels_within_k_ticks(flavor: Flavor, backend: Backend, scenario: Scenario) -> None:
+def test_C1_disconnect_cancels_within_k_ticks(flavor: Flavor, backend: AsyncBackend, scenario: Scenario) -> None:
     """A disconnect before the response is complete ends the app within K ticks (buffer below its cap)."""
     outcome = run(backend, run_mw, scenario, flavor)
     audit = outcome.audit
@@ -86,7 +86,7 @@ class AfterResponse:
 @PROPERTY
 @given(data=st.data(), work=st.integers(0, 30), listen=st.booleans())
 def test_C2_no_cancel_after_final_body(
-    flavor: Flavor, backend: Backend, data: st.DataObject, work: int, listen: bool
+    flavor: Flavor, backend: AsyncBackend, data: st.DataObject, work: int, listen: bool
 ) -> None:
     """A disconnect after the terminal response message never cancels post-response work."""
     script = data.draw(client_scripts(disconnects=("none", "after_final_body")))
@@ -128,7 +128,7 @@ class TaskProbe:
 @each_backend
 @PROPERTY
 @given(scenario=scenarios(stray=True, expect_continue=None))
-def test_C3_no_orphan_tasks(flavor: Flavor, backend: Backend, scenario: Scenario) -> None:
+def test_C3_no_orphan_tasks(flavor: Flavor, backend: AsyncBackend, scenario: Scenario) -> None:
     """When the middleware returns, every task it spawned (the pump) has finished."""
     probe: list[TaskProbe] = []
 
@@ -151,7 +151,7 @@ async def answer_at_once(scope: Scope, receive: Receive, send: Send) -> None:
 @each_flavor
 @each_backend
 @pytest.mark.parametrize("chunks", [(), (b"body",)])
-def test_C3_nothing_reads_after_return(flavor: Flavor, backend: Backend, chunks: tuple[bytes, ...]) -> None:
+def test_C3_nothing_reads_after_return(flavor: Flavor, backend: AsyncBackend, chunks: tuple[bytes, ...]) -> None:
     """Once the middleware has returned, nothing it made runs on: no task appears and the server's
     receive() is not called (on asyncio a pump is made only at the app's first wait; an app that never
     waits must leave no pump start behind)."""
@@ -182,7 +182,7 @@ def test_C3_nothing_reads_after_return(flavor: Flavor, backend: Backend, chunks:
 @given(
     scenario=scenarios(kinds=("raises", "slow", "eager", "streams", "two_readers")),
 )
-def test_C4_returns_normally_or_raises_unwrapped(flavor: Flavor, backend: Backend, scenario: Scenario) -> None:
+def test_C4_returns_normally_or_raises_unwrapped(flavor: Flavor, backend: AsyncBackend, scenario: Scenario) -> None:
     """A disconnect-cancelled app makes the middleware return normally (unless the server cancelled the
     request's task itself: that cancellation goes through); app errors propagate unchanged."""
     outcome = run(backend, run_mw, scenario, flavor)
@@ -210,7 +210,7 @@ Mode = Literal["scope", "native"]
 @PROPERTY
 @given(scenario=scenarios(), after=st.integers(0, 40))
 def test_C5_external_cancel_reraised(
-    flavor: Flavor, backend: Backend, mode: Mode, scenario: Scenario, after: int
+    flavor: Flavor, backend: AsyncBackend, mode: Mode, scenario: Scenario, after: int
 ) -> None:
     """A cancellation from outside (server shutdown, an outer scope) is re-raised; cleanup still runs.
 
@@ -313,7 +313,7 @@ class CleanupProbe:
 @each_backend
 @PROPERTY
 @given(scenario=scenarios(), cleanup=st.integers(1, 6))
-def test_C6_cleanup_runs_before_return(flavor: Flavor, backend: Backend, scenario: Scenario, cleanup: int) -> None:
+def test_C6_cleanup_runs_before_return(flavor: Flavor, backend: AsyncBackend, scenario: Scenario, cleanup: int) -> None:
     """The app's finally/cleanup blocks (even awaited ones) complete before the middleware returns."""
     b = scenario.behaviour
     behaviour = AppBehaviour(b.kind, b.ticks, b.count, b.raise_at, b.background_ticks, cleanup_ticks=cleanup)
@@ -375,7 +375,7 @@ class BusyAfterReading:
     headroom=1,
 )
 def test_C10_busy_reader_is_cancelled_within_k_ticks(
-    flavor: Flavor, backend: Backend, script: ClientScript, reads: int, headroom: int
+    flavor: Flavor, backend: AsyncBackend, script: ClientScript, reads: int, headroom: int
 ) -> None:
     """An app that asked for the body and then stops reading is still cancelled within K ticks of the
     client leaving while the unread body stays under the byte cap: after the first receive() the pump
@@ -402,7 +402,7 @@ def test_C10_busy_reader_is_cancelled_within_k_ticks(
 @each_backend
 @PROPERTY
 @given(scenario=scenarios(disconnects=("before_body", "mid_body", "after_body", "mid_response")))
-def test_C11_server_cancelled_task_ends_once(backend: Backend, scenario: Scenario) -> None:
+def test_C11_server_cancelled_task_ends_once(backend: AsyncBackend, scenario: Scenario) -> None:
     """Ray Serve cancels the request's task when the client leaves, while its receive also answers
     http.disconnect: whichever lands first, the server's cancellation comes out of the middleware (on
     asyncio the one ``Task.cancel()``, never swallowed), the load goes +1/-1 once, and the app's cleanup runs."""

@@ -22,7 +22,7 @@ from scorekit.lifecycle import Lifecycle, LifecycleMiddleware, lifecycle_of
 from scorekit.load import LoadCounter
 from scorekit.testing import (
     AppBehaviour,
-    Backend,
+    AsyncBackend,
     ClientScript,
     Flavor,
     Scenario,
@@ -99,7 +99,7 @@ def tail_cases() -> st.SearchStrategy[tuple[bool, ClientScript]]:
     pause=6,
 )
 def test_Q15_buffered_body_before_disconnect(
-    flavor: Flavor, backend: Backend, case: tuple[bool, ClientScript], pause: int
+    flavor: Flavor, backend: AsyncBackend, case: tuple[bool, ClientScript], pause: int
 ) -> None:
     """Every body byte the server handed the middleware reaches an app that keeps reading, before its
     http.disconnect: nothing a client sent is dropped because the disconnect was read first."""
@@ -150,7 +150,7 @@ class Watched:
 @given(script=client_scripts(disconnects=("none", *CLIENT_SIDE, "after_final_body")), pause=st.integers(0, 4))
 @example(script=ClientScript(chunks=(b"x",)), pause=0)
 def test_Q16_wait_disconnect_waits_for_disconnect(
-    flavor: Flavor, backend: Backend, script: ClientScript, pause: int
+    flavor: Flavor, backend: AsyncBackend, script: ClientScript, pause: int
 ) -> None:
     """wait_disconnect() returns once the server said the stream is over, never on a body chunk, and does return."""
     server = make_server(flavor, cancel_on_disconnect=False)  # the app reads on after the client left
@@ -211,7 +211,7 @@ class FailingSend:
             raise
 
 
-def failing_send_case(flavor: Flavor, backend: Backend, parked: bool, body: bytes, work: int) -> FailingSend:
+def failing_send_case(flavor: Flavor, backend: AsyncBackend, parked: bool, body: bytes, work: int) -> FailingSend:
     # Nothing but the failed send tells the app the client left: the server does not cancel its task.
     server = make_server(flavor, raise_on_send_after_disconnect=True, cancel_on_disconnect=False)
     server.disconnect_after_send(1)
@@ -236,7 +236,7 @@ def failing_send_case(flavor: Flavor, backend: Backend, parked: bool, body: byte
 @example(parked=True, body=b"x", work=1)
 @example(parked=False, body=b"x", work=1)
 def test_C7_send_error_marks_client_gone(
-    flavor: Flavor, backend: Backend, parked: bool, body: bytes, work: int
+    flavor: Flavor, backend: AsyncBackend, parked: bool, body: bytes, work: int
 ) -> None:
     """An OSError from the server's send marks the client gone at once (client_gone, wait_disconnect() returns
     within K ticks), even when the server's receive() has not said so yet."""
@@ -251,7 +251,9 @@ def test_C7_send_error_marks_client_gone(
 @given(parked=st.booleans(), body=st.binary(min_size=1, max_size=64), work=st.integers(1, 30))
 @example(parked=True, body=b"x", work=1)
 @example(parked=False, body=b"x", work=1)
-def test_C8_send_error_does_not_cancel(flavor: Flavor, backend: Backend, parked: bool, body: bytes, work: int) -> None:
+def test_C8_send_error_does_not_cancel(
+    flavor: Flavor, backend: AsyncBackend, parked: bool, body: bytes, work: int
+) -> None:
     """The OSError from the server's send is the app's to handle: the lifecycle re-raises it and does not
     cancel the app for it, so its own handling (awaited work included) runs to the end."""
     app = failing_send_case(flavor, backend, parked, body, work)
@@ -286,7 +288,9 @@ flaky_receives = st.builds(
 )
 @example(scenario=Scenario(ClientScript(chunks=(b"x",)), AppBehaviour("slow")), flaky=Flaky(0, RuntimeError))
 @example(scenario=Scenario(ClientScript(chunks=(b"x", b"y")), AppBehaviour("lazy", ticks=2)), flaky=Flaky(1, OSError))
-def test_C9_receive_error_is_a_disconnect(flavor: Flavor, backend: Backend, scenario: Scenario, flaky: Flaky) -> None:
+def test_C9_receive_error_is_a_disconnect(
+    flavor: Flavor, backend: AsyncBackend, scenario: Scenario, flaky: Flaky
+) -> None:
     """A server receive() that raises counts as the client leaving: the app is told (cancelled or
     http.disconnect), the middleware returns normally, nothing escapes it, the receive is not called again."""
     raised: list[int] = []
@@ -349,7 +353,7 @@ labellings = st.builds(
 @given(batch=st.lists(labellings, min_size=1, max_size=3))
 @example(batch=[Labelling(Scenario(ClientScript(), AppBehaviour("eager")), ("/score", "/score"))])
 @example(batch=[Labelling(Scenario(ClientScript(), AppBehaviour("eager")), ("/score", "/rerank"))])
-def test_L5_first_route_label_wins(flavor: Flavor, backend: Backend, batch: list[Labelling]) -> None:
+def test_L5_first_route_label_wins(flavor: Flavor, backend: AsyncBackend, batch: list[Labelling]) -> None:
     """A request counts under exactly one route, the first label it gets, at every tick; labelling it
     again changes nothing, and the label is undone exactly once."""
     load = LoadCounter()

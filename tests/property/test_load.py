@@ -21,7 +21,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invar
 from scorekit.asgi import ASGIApp, Receive, Scope, Send
 from scorekit.lifecycle import SCOPE_KEY, LifecycleMiddleware
 from scorekit.load import LoadCounter
-from scorekit.testing import Backend, Flavor, Scenario, make_server, run_scenario, run_script
+from scorekit.testing import AsyncBackend, Flavor, Scenario, make_server, run_scenario, run_script
 from scorekit.testing.apps import BehaviourApp, is_final, respond, ticks
 from scorekit.testing.scopes import make_scope
 from scorekit.testing.servers import FakeServer
@@ -97,7 +97,7 @@ def build_stack(app: ASGIApp, depth: int, shared: bool, redispatch: Redispatch) 
 @each_backend
 @PROPERTY
 @given(batch=st.lists(scenarios(), min_size=1, max_size=5))
-def test_L1_load_never_negative(flavor: Flavor, backend: Backend, batch: list[Scenario]) -> None:
+def test_L1_load_never_negative(flavor: Flavor, backend: AsyncBackend, batch: list[Scenario]) -> None:
     """The counter (total and per route) is >= 0 at every tick while requests come and go concurrently."""
     load = LoadCounter()
 
@@ -157,7 +157,7 @@ class LoadMachine(RuleBasedStateMachine):
 
     handles = Bundle("requests")
 
-    def __init__(self, flavor: Flavor, backend: Backend) -> None:
+    def __init__(self, flavor: Flavor, backend: AsyncBackend) -> None:
         super().__init__()
         self.flavor = flavor
         self._portal_cm = anyio.from_thread.start_blocking_portal(backend)
@@ -285,7 +285,7 @@ class LoadMachine(RuleBasedStateMachine):
 
 @each_flavor
 @each_backend
-def test_L2_load_equals_inflight(flavor: Flavor, backend: Backend) -> None:
+def test_L2_load_equals_inflight(flavor: Flavor, backend: AsyncBackend) -> None:
     """After every step, the counter equals the requests currently inside the owner middleware call."""
     run_state_machine_as_test(
         lambda: LoadMachine(flavor, backend),  # type: ignore[arg-type]
@@ -316,7 +316,7 @@ endings = st.builds(
 @each_backend
 @PROPERTY
 @given(batch=st.lists(endings, min_size=1, max_size=4))
-def test_L3_load_back_to_zero(flavor: Flavor, backend: Backend, batch: list[Ending]) -> None:
+def test_L3_load_back_to_zero(flavor: Flavor, backend: AsyncBackend, batch: list[Ending]) -> None:
     """After every request ended (success, error, disconnect, outside cancel, send raising OSError,
     a background task skipped because send raised), the counter is 0, in total and per route."""
     load = LoadCounter()
@@ -358,7 +358,7 @@ def test_L3_load_back_to_zero(flavor: Flavor, backend: Backend, batch: list[Endi
     redispatch=st.sampled_from(["none", "same", "rebuilt"]),
 )
 def test_L4_one_plus_one_minus_per_request(
-    flavor: Flavor, backend: Backend, scenario: Scenario, depth: int, shared: bool, redispatch: Redispatch
+    flavor: Flavor, backend: AsyncBackend, scenario: Scenario, depth: int, shared: bool, redispatch: Redispatch
 ) -> None:
     """Each request moves the counters by exactly +1 and -1, however many layers or re-dispatches it crosses."""
     server = make_server(flavor)

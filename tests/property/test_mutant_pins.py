@@ -20,7 +20,16 @@ import pytest
 
 from scorekit.asgi import Message, Receive, Scope, Send
 from scorekit.lifecycle import Lifecycle, LifecycleMiddleware, lifecycle_of
-from scorekit.testing import FLAVORS, AppBehaviour, Backend, ClientScript, Flavor, Scenario, make_server, run_script
+from scorekit.testing import (
+    FLAVORS,
+    AppBehaviour,
+    AsyncBackend,
+    ClientScript,
+    Flavor,
+    Scenario,
+    make_server,
+    run_script,
+)
 from scorekit.testing.apps import AppObservation, AppRecorder, respond, send_start, ticks
 from scorekit.testing.audit import Audit
 from scorekit.testing.servers import ClientDisconnectedError
@@ -50,7 +59,7 @@ def first_tick(audit: Audit, *kinds: str) -> int | None:
     ids=["before_body", "mid_body"],
 )
 def test_Q12_a_single_reader_learns_its_client_left_alike_on_every_server(
-    backend: Backend, script: ClientScript
+    backend: AsyncBackend, script: ClientScript
 ) -> None:
     """One app task reads the body; the client leaves before its end. That task reads the server's receive
     inline, so it is the one that gets the server's http.disconnect; the lifecycle cancels the app and lets
@@ -105,7 +114,7 @@ def assert_cancelled_soon_after_the_client_left(audit: Audit, script: ClientScri
 @each_backend
 @pytest.mark.parametrize("reads", [1, 3])
 def test_C1_expect_continue_request_is_cancelled_when_its_client_leaves(
-    flavor: Flavor, backend: Backend, reads: int
+    flavor: Flavor, backend: AsyncBackend, reads: int
 ) -> None:
     """With Expect: 100-continue (curl's default for a body over 1 KB) the pump is not started with the app
     but by its first receive() (Q14). An app that reads the first chunk, or the whole body, and then works on
@@ -137,7 +146,7 @@ def test_C1_expect_continue_request_is_cancelled_when_its_client_leaves(
 @each_flavor
 @each_backend
 def test_C10_an_app_that_takes_the_chunk_read_ahead_is_cancelled_when_its_client_leaves(
-    flavor: Flavor, backend: Backend
+    flavor: Flavor, backend: AsyncBackend
 ) -> None:
     """Before the app's first receive() the pump reads one message ahead and then waits for room (Q11). The
     app takes that message and works on it without reading again; the client sends the rest and leaves. Taking
@@ -192,7 +201,7 @@ class WorksAfterDisconnect:
     ids=["before_body", "mid_body", "after_body"],
 )
 def test_C12_without_cancel_on_disconnect_a_client_that_leaves_cancels_nothing(
-    flavor: Flavor, backend: Backend, script: ClientScript
+    flavor: Flavor, backend: AsyncBackend, script: ClientScript
 ) -> None:
     """With ``cancel_on_disconnect=False`` the lifecycle only records that the client left: the app learns it
     from receive() (http.disconnect) and nothing cancels it, so its work after that, awaited work included,
@@ -289,7 +298,9 @@ class WaitersThenFailedSend:
 
 @each_flavor
 @each_backend
-def test_C7_a_send_error_wakes_the_tasks_already_waiting_for_the_disconnect(flavor: Flavor, backend: Backend) -> None:
+def test_C7_a_send_error_wakes_the_tasks_already_waiting_for_the_disconnect(
+    flavor: Flavor, backend: AsyncBackend
+) -> None:
     """An OSError from the server's send marks the client gone at once (C7), and that wakes every task already
     waiting for news: a task in wait_disconnect() returns and an app task waiting in receive() behind the one
     inside the server's receive gets http.disconnect (Q8), within K ticks, although the server's receive has
@@ -370,7 +381,7 @@ class TakesOneFromAFullBuffer:
 @each_flavor
 @each_backend
 def test_Q11_taking_a_chunk_that_leaves_the_buffer_full_lets_the_pump_read_nothing(
-    flavor: Flavor, backend: Backend
+    flavor: Flavor, backend: AsyncBackend
 ) -> None:
     """After the app's first receive() the pump reads ahead until the buffer holds ``max_buffer_bytes``, then
     waits for room (Q11). The app takes a small chunk: that wakes the pump, but what is left still fills the
@@ -433,7 +444,7 @@ class AnswersBeforeTheEnd:
 @each_backend
 @pytest.mark.parametrize("reads", [1, 3])
 def test_C3_an_app_that_answers_before_the_end_of_the_body_leaves_no_pump_behind(
-    flavor: Flavor, backend: Backend, reads: int
+    flavor: Flavor, backend: AsyncBackend, reads: int
 ) -> None:
     """The app reads part of the body (one message, or three, each a receive() call) and answers while the pump,
     which read ahead up to the cap, waits for room that will never come. When the middleware returns, the pump

@@ -13,7 +13,16 @@ from hypothesis import strategies as st
 
 from scorekit.asgi import ASGIApp, Message, Receive, Scope, Send
 from scorekit.lifecycle import LifecycleMiddleware, lifecycle_of
-from scorekit.testing import FLAVORS, AppBehaviour, Backend, ClientScript, Flavor, Scenario, make_server, run_script
+from scorekit.testing import (
+    FLAVORS,
+    AppBehaviour,
+    AsyncBackend,
+    ClientScript,
+    Flavor,
+    Scenario,
+    make_server,
+    run_script,
+)
 from scorekit.testing.apps import AppObservation, AppRecorder, BehaviourApp, BehaviourKind, is_final, respond
 from scorekit.testing.audit import Audit
 from scorekit.testing.driver import DisconnectPoint
@@ -46,7 +55,7 @@ def sticky_client_disconnects() -> st.SearchStrategy[Scenario]:
 @each_backend
 @PROPERTY
 @given(scenario=sticky_client_disconnects(), layers=st.integers(1, 2))
-def test_Q1_single_server_waiter(flavor: Flavor, backend: Backend, scenario: Scenario, layers: int) -> None:
+def test_Q1_single_server_waiter(flavor: Flavor, backend: AsyncBackend, scenario: Scenario, layers: int) -> None:
     """At every instant at most one task is inside (or suspended in) the server's receive()."""
 
     def wrap(app: ASGIApp) -> ASGIApp:
@@ -64,7 +73,7 @@ def test_Q1_single_server_waiter(flavor: Flavor, backend: Backend, scenario: Sce
 @each_backend
 @PROPERTY
 @given(scenario=scenarios(stray=True, expect_continue=None))
-def test_Q2_no_receive_after_disconnect(flavor: Flavor, backend: Backend, scenario: Scenario) -> None:
+def test_Q2_no_receive_after_disconnect(flavor: Flavor, backend: AsyncBackend, scenario: Scenario) -> None:
     """Once http.disconnect came out of the server's receive(), it is never called again."""
     outcome = run(backend, run_mw, scenario, flavor)
     assert outcome.audit.calls_after_disconnect == 0
@@ -80,7 +89,7 @@ def test_Q2_no_receive_after_disconnect(flavor: Flavor, backend: Backend, scenar
 @example(  # the pump reads the terminator while the pausing reader waits behind it: reading must wake it (L23)
     scenario=Scenario(ClientScript(chunks=(b"x",), delays=(0, 2)), AppBehaviour("lazy", ticks=1)),
 )
-def test_Q3_body_is_prefix(flavor: Flavor, backend: Backend, scenario: Scenario) -> None:
+def test_Q3_body_is_prefix(flavor: Flavor, backend: AsyncBackend, scenario: Scenario) -> None:
     """The body the app got is a prefix of what the client sent, and all of it once the app saw the end."""
     outcome = run(backend, run_mw, scenario, flavor)
     seen = outcome.observation()
@@ -101,7 +110,7 @@ def test_Q3_body_is_prefix(flavor: Flavor, backend: Backend, scenario: Scenario)
 @given(
     scenario=scenarios(kinds=("two_readers", "poller", "lazy", "eager", "prefix", "reads_after_start")),
 )
-def test_Q4_no_duplicate_chunks(flavor: Flavor, backend: Backend, scenario: Scenario) -> None:
+def test_Q4_no_duplicate_chunks(flavor: Flavor, backend: AsyncBackend, scenario: Scenario) -> None:
     """Each server http.request reaches at most one app consumer, even with two concurrent readers."""
     outcome = run(backend, run_mw, scenario, flavor)
     seen = outcome.observation()
@@ -121,7 +130,7 @@ def test_Q4_no_duplicate_chunks(flavor: Flavor, backend: Backend, scenario: Scen
 @each_backend
 @PROPERTY
 @given(scenario=scenarios(kinds=("two_readers", "lazy", "eager", "poller", "streams")))
-def test_Q5_chunks_in_server_order(flavor: Flavor, backend: Backend, scenario: Scenario) -> None:
+def test_Q5_chunks_in_server_order(flavor: Flavor, backend: AsyncBackend, scenario: Scenario) -> None:
     """The global pop order of body chunks equals the order the server delivered them."""
     outcome = run(backend, run_mw, scenario, flavor)
     app_chunks = list(outcome.observation().chunks)
@@ -140,7 +149,7 @@ def test_Q5_chunks_in_server_order(flavor: Flavor, backend: Backend, scenario: S
 @each_backend
 @PROPERTY
 @given(scenario=scenarios(stray=True))
-def test_Q6_single_terminator(flavor: Flavor, backend: Backend, scenario: Scenario) -> None:
+def test_Q6_single_terminator(flavor: Flavor, backend: AsyncBackend, scenario: Scenario) -> None:
     """The app sees more_body=False at most once; exactly once when it reads to the end undisturbed."""
     outcome = run(backend, run_mw, scenario, flavor)
     seen = outcome.observation()
@@ -181,7 +190,7 @@ class StickyProbe:
 @PROPERTY
 @given(data=st.data(), respond_first=st.booleans(), repeats=st.integers(1, 6))
 def test_Q7_disconnect_stays(
-    flavor: Flavor, backend: Backend, data: st.DataObject, respond_first: bool, repeats: int
+    flavor: Flavor, backend: AsyncBackend, data: st.DataObject, respond_first: bool, repeats: int
 ) -> None:
     """After the first http.disconnect, every later app receive() returns it at once (even one-shot servers)."""
     points: tuple[DisconnectPoint, ...] = ("none", "after_final_body") if respond_first else CLIENT_SIDE
@@ -229,7 +238,7 @@ class Waiters:
 @PROPERTY
 @given(data=st.data(), n=st.integers(2, 4), respond_first=st.booleans())
 def test_Q8_disconnect_wakes_every_waiter(
-    flavor: Flavor, backend: Backend, data: st.DataObject, n: int, respond_first: bool
+    flavor: Flavor, backend: AsyncBackend, data: st.DataObject, n: int, respond_first: bool
 ) -> None:
     """When the disconnect comes, every app task blocked in receive() wakes with http.disconnect."""
     points: tuple[DisconnectPoint, ...] = ("none", "after_final_body") if respond_first else CLIENT_SIDE
@@ -253,7 +262,7 @@ def test_Q8_disconnect_wakes_every_waiter(
 @each_backend
 @PROPERTY
 @given(scenario=scenarios(stray=True, expect_continue=None))
-def test_Q9_no_phantom_disconnect(flavor: Flavor, backend: Backend, scenario: Scenario) -> None:
+def test_Q9_no_phantom_disconnect(flavor: Flavor, backend: AsyncBackend, scenario: Scenario) -> None:
     """The app never gets http.disconnect (nor is cancelled) before the client left or the response ended."""
     outcome = run(backend, run_mw, scenario, flavor)
     client_gone = False
@@ -274,7 +283,7 @@ def test_Q9_no_phantom_disconnect(flavor: Flavor, backend: Backend, scenario: Sc
 @each_backend
 @PROPERTY
 @given(scenario=scenarios(kinds=("poller",)), polls=st.integers(1, 4))
-def test_Q10_cancelled_poll_is_lossless(flavor: Flavor, backend: Backend, scenario: Scenario, polls: int) -> None:
+def test_Q10_cancelled_poll_is_lossless(flavor: Flavor, backend: AsyncBackend, scenario: Scenario, polls: int) -> None:
     """A receive() from an already-cancelled scope never consumes a body message."""
     behaviour = AppBehaviour("poller", ticks=scenario.behaviour.ticks, count=polls)
     outcome = run(backend, run_mw, Scenario(scenario.script, behaviour), flavor)
@@ -301,7 +310,7 @@ def test_Q10_cancelled_poll_is_lossless(flavor: Flavor, backend: Backend, scenar
     cap=3,
 )
 def test_Q11_buffer_bounded(
-    flavor: Flavor, backend: Backend, script: ClientScript, behaviour: AppBehaviour, cap: int
+    flavor: Flavor, backend: AsyncBackend, script: ClientScript, behaviour: AppBehaviour, cap: int
 ) -> None:
     """Buffered bytes stay below cap + one server message; before the app asks, at most one message ahead."""
     server = make_server(flavor)
@@ -351,7 +360,7 @@ def expected_q12(scenario: Scenario) -> tuple[bytes | None, bool, str] | None:
         kinds=Q12_KINDS, disconnects=("none", "before_body", "mid_body", "after_body", "after_final_body")
     )
 )
-def test_Q12_same_observation_across_flavours(backend: Backend, scenario: Scenario) -> None:
+def test_Q12_same_observation_across_flavours(backend: AsyncBackend, scenario: Scenario) -> None:
     """For one client script the app observes the same thing (bytes, end, disconnect) on every flavour."""
     if scenario.script.disconnect == "after_body" and scenario.behaviour.kind != "slow":
         scenario = Scenario(scenario.script, AppBehaviour("slow", cleanup_ticks=scenario.behaviour.cleanup_ticks))
@@ -385,7 +394,9 @@ class ReadRespondListen:
 @each_backend
 @PROPERTY
 @given(data=st.data(), listen_after=st.booleans())
-def test_Q13_stray_requests_ignored(flavor: Flavor, backend: Backend, data: st.DataObject, listen_after: bool) -> None:
+def test_Q13_stray_requests_ignored(
+    flavor: Flavor, backend: AsyncBackend, data: st.DataObject, listen_after: bool
+) -> None:
     """Stray or empty http.request messages after more_body=False never raise nor reach the app."""
     script = data.draw(client_scripts(stray=True, disconnects=("none", "after_body", "after_final_body")))
     server = make_server(flavor)
@@ -415,7 +426,7 @@ def test_Q13_stray_requests_ignored(flavor: Flavor, backend: Backend, data: st.D
         expect_continue=True,
     )
 )
-def test_Q14_expect_continue_waits_for_app(flavor: Flavor, backend: Backend, scenario: Scenario) -> None:
+def test_Q14_expect_continue_waits_for_app(flavor: Flavor, backend: AsyncBackend, scenario: Scenario) -> None:
     """With Expect: 100-continue the server's receive() is not called before the app's first receive()."""
     outcome = run(backend, run_mw, scenario, flavor)
     timeline = outcome.audit.timeline

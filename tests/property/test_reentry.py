@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from scorekit.asgi import ASGIApp, Message, Receive, Scope, Send
 from scorekit.lifecycle import SCOPE_KEY, Lifecycle, LifecycleMiddleware, lifecycle_of
 from scorekit.load import LoadCounter
-from scorekit.testing import Backend, Flavor, Scenario, make_server, run_script
+from scorekit.testing import AsyncBackend, Flavor, Scenario, make_server, run_script
 from scorekit.testing.apps import BehaviourApp
 from scorekit.testing.scopes import make_scope
 from scorekit.testing.strategies import scenarios
@@ -41,7 +41,7 @@ class Probe:
 @PROPERTY
 @given(scenario=scenarios(stray=True, expect_continue=None), drop_tag=st.booleans(), shared=st.booleans())
 def test_R1_reentered_layer_passes_through(
-    flavor: Flavor, backend: Backend, scenario: Scenario, drop_tag: bool, shared: bool
+    flavor: Flavor, backend: AsyncBackend, scenario: Scenario, drop_tag: bool, shared: bool
 ) -> None:
     """A re-entered layer (tag present, or our own receive) starts no pump, does not count, and passes
     receive and send through unchanged (the same objects), and the scope too when it carries the tag."""
@@ -92,7 +92,7 @@ def snapshot(scope: Scope) -> dict[str, Any]:
 @PROPERTY
 @given(scenario=scenarios(), depth=st.integers(1, 3), state=st.dictionaries(st.text(max_size=3), st.integers()))
 def test_R2_caller_scope_untouched(
-    flavor: Flavor, backend: Backend, scenario: Scenario, depth: int, state: dict[str, int]
+    flavor: Flavor, backend: AsyncBackend, scenario: Scenario, depth: int, state: dict[str, int]
 ) -> None:
     """The caller's scope and its nested state/extensions/asgi dicts are identical before and after."""
     server = make_server(flavor)
@@ -121,7 +121,7 @@ def test_R2_caller_scope_untouched(
 @PROPERTY
 @given(batch=st.lists(scenarios(), min_size=2, max_size=5), concurrent=st.booleans())
 def test_R3_fresh_lifecycle_per_request(
-    flavor: Flavor, backend: Backend, batch: list[Scenario], concurrent: bool
+    flavor: Flavor, backend: AsyncBackend, batch: list[Scenario], concurrent: bool
 ) -> None:
     """Two requests never share a lifecycle object, even when the server reuses extensions/asgi dicts."""
     apps: list[BehaviourApp] = []
@@ -205,7 +205,7 @@ class Echo:
 @PROPERTY
 @given(kind=st.sampled_from(["lifespan", "websocket"]), texts=st.lists(st.text(max_size=8), min_size=1, max_size=5))
 def test_R4_lifespan_and_websocket_pass_through(
-    flavor: Flavor, backend: Backend, kind: Literal["lifespan", "websocket"], texts: list[str]
+    flavor: Flavor, backend: AsyncBackend, kind: Literal["lifespan", "websocket"], texts: list[str]
 ) -> None:
     """lifespan and websocket scopes pass through with the same scope, callables and messages; no count."""
     load = LoadCounter()

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from scorekit.asgi import Message, Receive, Scope, Send
 from scorekit.lifecycle import LifecycleMiddleware, lifecycle_of
-from scorekit.testing import Backend, ClientScript, Flavor, make_server, run_script
+from scorekit.testing import AsyncBackend, ClientScript, Flavor, make_server, run_script
 from scorekit.testing.apps import AppRecorder, ticks
 from scorekit.testing.audit import Audit
 from scorekit.testing.servers import ClientDisconnectedError
@@ -88,7 +88,7 @@ class FormApp:
 )
 def test_P1_every_terminal_form_completes(
     flavor: Flavor,
-    backend: Backend,
+    backend: AsyncBackend,
     form: Form,
     lead: int,
     trailer_parts: int,
@@ -170,7 +170,7 @@ def message_sequences(draw: st.DrawFn) -> list[Message]:
     layers=st.integers(1, 2),
 )
 def test_P2_sends_forwarded_unchanged(
-    flavor: Flavor, backend: Backend, messages: list[Message], spec24: bool, leave_after: int | None, layers: int
+    flavor: Flavor, backend: AsyncBackend, messages: list[Message], spec24: bool, leave_after: int | None, layers: int
 ) -> None:
     """Every message the app sends reaches the server unchanged (same object) and in order, until the
     server raises; the server's OSError reaches the app unchanged."""

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from scorekit.asgi import ASGIApp, Message, Receive, Scope, Send
 from scorekit.lifecycle import LifecycleMiddleware
-from scorekit.testing import Backend, ClientScript, Flavor, make_server, run_script
+from scorekit.testing import AsyncBackend, ClientScript, Flavor, make_server, run_script
 from scorekit.testing.apps import AppObservation, AppRecorder, respond, ticks
 from scorekit.testing.audit import Audit
 from scorekit.testing.strategies import client_scripts
@@ -98,7 +98,7 @@ class LeavingReader:
 )
 @example(script=ClientScript(chunks=(b"body",)), pause=0, gap=1)
 def test_Q17_a_reader_that_leaves_wakes_the_waiters(
-    flavor: Flavor, backend: Backend, script: ClientScript, pause: int, gap: int
+    flavor: Flavor, backend: AsyncBackend, script: ClientScript, pause: int, gap: int
 ) -> None:
     """An app task that leaves the server's receive with nothing read (cancelled there) wakes the task that
     waited behind it: the server's receive is called again within K ticks, and the waiter gets the body."""

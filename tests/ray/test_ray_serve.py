@@ -170,7 +170,7 @@ def cluster() -> Iterator[Cluster]:
         )
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         # Small batches, so that a large rerank spans many of them and a disconnect has work left to drop.
-        settings = Settings(engine=EngineConfig(max_batch_size=16, max_batch_tokens=4096))
+        settings = Settings.for_model(engine=EngineConfig(max_batch_size=16, max_batch_tokens=4096))
         options = RayOptions(replicas=REPLICAS, num_cpus=1, probe_port=probe)
         serve.run(application(settings, options), name="scorekit", route_prefix="/")
         assert wait_for(lambda: all(_healthy(live) for live in cluster.probes), timeout=DEPLOY_TIMEOUT, interval=0.2)

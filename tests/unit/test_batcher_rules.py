@@ -11,9 +11,14 @@ batches by hand, on a fake clock where time matters, so every count is exact.
 from __future__ import annotations
 
 import pytest
+import torch
 
-from scorekit.batching import BatchCost, Batcher, ModelItem, ModelJob
+from scorekit.batching import BatchCost, Batcher
+from scorekit.jobs import WorkItem
+from scorekit.model_job import ModelJob
 from scorekit.models.base import Encoded, token_array
+
+ModelItem = WorkItem[Encoded, torch.Tensor]
 
 
 def job_of(lengths: list[int]) -> ModelJob:

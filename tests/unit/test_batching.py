@@ -9,10 +9,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scorekit.batching import BatchCost, Batcher, ModelJob, QueueFull
+from scorekit.batching import BatchCost, Batcher, QueueFull
 from scorekit.engine import Engine
 from scorekit.jobs import Job
-from scorekit.models.base import Encoded, ModelKind, token_array
+from scorekit.model_job import ModelJob
+from scorekit.models import BiEncoderBackend, CausalLMBackend, CrossEncoderBackend, LLMRerankerBackend
+from scorekit.models.base import Backend, Encoded, token_array
 from scorekit.settings import EngineConfig
 
 
@@ -249,15 +251,16 @@ def test_the_batch_that_carries_a_new_job_ends_within_one_batch_time_of_its_arri
     assert len(batcher.next_batch() or []) == 4  # nobody new waits: a full batch of the budget again
 
 
-class KindOnly:
-    """A backend that is only its kind: what the engine reads to size its batches."""
+class TraitsOf:
+    """A backend that is only a backend class's kind and traits: what the engine reads to size its batches."""
 
-    name = "kind-only"
+    name = "traits-only"
     max_length = 8
     vocab_size = 8
 
-    def __init__(self, kind: ModelKind) -> None:
-        self.kind = kind
+    def __init__(self, backend: type[Backend]) -> None:
+        self.kind = backend.kind
+        self.batch_cost_follows_tokens = backend.batch_cost_follows_tokens
 
     def forward(self, batch: list[Encoded]) -> list[torch.Tensor]:
         raise AssertionError("never run")
@@ -274,13 +277,14 @@ class Silent:
 
 
 @pytest.mark.parametrize(
-    ("kind", "budget"),
-    [("bi-encoder", 0.8), ("cross-encoder", 0.8), ("causal-lm", 0.8), ("llm-reranker", None)],
+    ("backend", "budget"),
+    [(BiEncoderBackend, 0.8), (CrossEncoderBackend, 0.8), (CausalLMBackend, 0.8), (LLMRerankerBackend, None)],
 )
-def test_batches_are_cut_by_the_cost_fit_except_an_llm_rerankers(kind: ModelKind, budget: float | None) -> None:
+def test_batches_are_cut_by_the_cost_fit_except_an_llm_rerankers(backend: type[Backend], budget: float | None) -> None:
     """An LLM reranker's prompts share a prefix that runs once per batch, so its batch cost is not the fixed plus
-    per-token fit the budget cuts by: its batches fill to the caps."""
-    engine = Engine(KindOnly(kind), EngineConfig(max_batch_tokens=16384, batch_efficiency=0.8), observer=Silent())
+    per-token fit the budget cuts by: it says so (``batch_cost_follows_tokens``), and its batches fill to the caps."""
+    config = EngineConfig(max_batch_tokens=16384, batch_efficiency=0.8)
+    engine = Engine(TraitsOf(backend), config, observer=Silent())
     assert engine.batcher.batch_efficiency == budget
 
 
@@ -295,8 +299,9 @@ def test_the_small_job_lane_takes_small_jobs_only_and_no_thread_misses_its_wake_
         batch = batcher.next_batch(small=small_only)
         results[name] = [] if batch is None else [id(item.job) for item in batch]
 
-    lane = threading.Thread(target=take, args=("lane", 8))
-    plain = threading.Thread(target=take, args=("plain", None))
+    # Daemons: a thread that a broken batcher never wakes fails the test instead of hanging the interpreter's exit.
+    lane = threading.Thread(target=take, args=("lane", 8), daemon=True)
+    plain = threading.Thread(target=take, args=("plain", None), daemon=True)
     lane.start()
     plain.start()
     batcher.submit(large)  # both threads wait on the same condition: the plain one must get it
@@ -307,7 +312,7 @@ def test_the_small_job_lane_takes_small_jobs_only_and_no_thread_misses_its_wake_
     lane.join(10)
     assert not lane.is_alive() and results["lane"] == [id(small)] * 3
     batcher.submit(job_of([10] * 9))  # one input over the lane's size: not the lane's
-    lane = threading.Thread(target=take, args=("lane", 8))
+    lane = threading.Thread(target=take, args=("lane", 8), daemon=True)
     lane.start()
     lane.join(0.2)
     assert lane.is_alive()

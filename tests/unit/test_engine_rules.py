@@ -9,7 +9,10 @@ E2: the requests a dead worker leaves behind (the one in the fatal batch and the
 so which label a failure gets depends on the worker failing it with its own type and the engine testing for that
 type first.
 
-The mutation audit of issue 28 found both unguarded (mutants E01-E04). The worker is held on a gate where a test
+E13: a task the backend cannot do is refused (``Unsupported``, a 404) before any work, whatever else the backend
+can do: the engine resolves what a backend can do once, when it is made.
+
+The mutation audit of issue 28 found E1 and E2 unguarded (mutants E01-E04). The worker is held on a gate where a test
 needs a request queued, never on a sleep.
 """
 
@@ -24,11 +27,12 @@ import pytest
 import torch
 
 from scorekit.engine import Engine
-from scorekit.errors import InvalidRequest, ModelFailure, Overloaded, WorkerDied
+from scorekit.errors import InvalidRequest, ModelFailure, Overloaded, Unsupported, WorkerDied
 from scorekit.load import LoadCounter
 from scorekit.metrics import Metrics
-from scorekit.models.base import Checkpoint, Encoded, Plan, token_array
+from scorekit.models.base import Checkpoint, Encoded, Encoding, Plan, token_array
 from scorekit.settings import EngineConfig
+from scorekit.tasks import LabelQuery
 from tests.unit.test_batching import Silent
 
 WAIT = 30.0  # seconds; only a hang reaches it
@@ -43,6 +47,7 @@ class Backend:
     name = "scripted"
     max_length = 128
     vocab_size = 100
+    batch_cost_follows_tokens = True
 
     def __init__(self) -> None:
         self.gate = threading.Event()
@@ -63,18 +68,15 @@ class Backend:
 def plan(*lengths: int, refuse: bool = False) -> Plan[list[float]]:
     """A request of one input per length; with ``refuse``, tokenizing refuses it (a 400, as a bad field is)."""
 
-    def encode(checkpoint: Checkpoint) -> list[Encoded]:
+    def encode(checkpoint: Checkpoint) -> Encoding[list[float]]:
         if refuse:
             raise InvalidRequest("refused while tokenizing")
-        return [Encoded(token_array([0] * n)) for n in lengths]
+        return Encoding([Encoded(token_array([0] * n)) for n in lengths], finish)
 
-    def finish(inputs: list[Encoded], outputs: list[torch.Tensor]) -> list[float]:
+    def finish(outputs: list[torch.Tensor]) -> list[float]:
         return [float(output) for output in outputs]
 
-    def param_of(index: int, part: int | None = None) -> str:
-        return f"inputs[{index}]"
-
-    return Plan(len(lengths), sum(lengths), encode, finish, param_of)
+    return Plan(len(lengths), sum(lengths), encode)
 
 
 def engine_with(backend: Backend, observer: object, **limits: int) -> Engine:
@@ -111,7 +113,7 @@ def test_E1_admission_is_given_back_however_a_request_ends() -> None:
                 for _ in range(3):
                     async with anyio.create_task_group() as group:
                         group.start_soon(engine.execute, plan(5))
-                        await until(lambda: engine.batcher.queued == 1)
+                        await until(lambda: engine.snapshot().queued_items == 1)
                         group.cancel_scope.cancel()
                     assert engine.active_requests == 1  # the held one only
                 backend.gate.set()
@@ -174,7 +176,7 @@ def test_E2_a_dead_workers_requests_are_counted_as_worker_died() -> None:
                     group.start_soon(fails, (DEATH,))
                     assert await anyio.to_thread.run_sync(backend.entered.wait, WAIT)
                     group.start_soon(fails, (5, 6))
-                    await until(lambda: engine.batcher.queued == 2)  # queued behind the fatal batch
+                    await until(lambda: engine.snapshot().queued_items == 2)  # queued behind the fatal batch
                     backend.gate.set()
 
         anyio.run(main)
@@ -182,6 +184,8 @@ def test_E2_a_dead_workers_requests_are_counted_as_worker_died() -> None:
         backend.gate.set()
         engine.stop(WAIT)
     assert not engine.ready
+    health = engine.health
+    assert not health.ready and isinstance(health.death, SystemExit)
     model_error, *dead = errors
     assert not isinstance(model_error, WorkerDied)
     assert len(dead) == 2 and all(isinstance(error, WorkerDied) for error in dead)
@@ -190,3 +194,40 @@ def test_E2_a_dead_workers_requests_are_counted_as_worker_died() -> None:
         return metrics.registry.get_sample_value("scorekit_requests_failed_total", {"model": "m", "reason": reason})
 
     assert (failed("model_error"), failed("worker_died")) == (1.0, 2.0)
+
+
+class PairsOnly(Backend):
+    """Scores pairs and nothing else."""
+
+    def plan_pairs(self, *request: object) -> Plan[list[float]]:
+        return plan(4)
+
+
+class LabelsToo(PairsOnly):
+    """Scores pairs and label tokens."""
+
+    def plan_labels(self, query: LabelQuery) -> Plan[list[float]]:
+        return plan(*(len(item) for item in query.items))
+
+
+def test_E13_a_task_the_backend_cannot_do_is_refused_before_any_work() -> None:
+    """A pair scorer asked for label scores is refused with a message naming the model and the task, and none of
+    the request runs; one that declares label scoring too is served."""
+    query = LabelQuery(query="q", items=["ab", "abc"], label_token_ids=[1])
+    refused, served = (engine_with(backend, Silent()) for backend in (PairsOnly(), LabelsToo()))
+    refused.start()
+    served.start()
+    try:
+
+        async def main() -> object:
+            with pytest.raises(Unsupported, match="bi-encoder model 'scripted' cannot do label-token scoring"):
+                await refused.label_scores(query)
+            with anyio.fail_after(WAIT):
+                return await served.label_scores(query)
+
+        assert anyio.run(main) == [2.0, 3.0]
+        after = refused.snapshot()
+        assert after.idle and after.worker.items == 0
+    finally:
+        refused.stop(WAIT)
+        served.stop(WAIT)

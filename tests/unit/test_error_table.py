@@ -7,11 +7,12 @@ import anyio
 import httpx
 import pytest
 
-from scorekit.api.errors import ANSWERS, as_http_error
+from scorekit.api.errors import ANSWERS, Spelling, as_http_error, spelled
 from scorekit.errors import (
     InputTooLong,
     InvalidRequest,
     ModelFailure,
+    NoRoomForDocument,
     NotReady,
     Overloaded,
     ScorekitError,
@@ -73,3 +74,29 @@ def test_the_router_answers_through_the_table(raised: Exception, status: int) ->
     assert error["code"] == status
     if status == 500:
         assert error["message"] == "Internal server error."  # the bug's text stays in the log
+
+
+@pytest.mark.parametrize(
+    ("spelling", "places", "name"),
+    [
+        (Spelling("documents"), ((1, 3), (0, 3)), "documents[3] (with query)"),
+        (Spelling("documents"), ((0, 0), (1, 2)), "query (with documents[2])"),
+        (Spelling("texts"), ((0, 0),), "query"),
+        (Spelling("documents", "queries", query_is_list=True), ((0, 1), (1, 1)), "queries[1] (with documents[1])"),
+        (Spelling("text_2", "text_1", query_is_list=True), ((1, 1),), "text_2[1]"),
+        (Spelling("input"), ((1, 0),), "input[0]"),
+    ],
+)
+def test_an_over_long_input_is_named_as_its_route_spells_it(
+    spelling: Spelling, places: tuple[tuple[int, int], ...], name: str
+) -> None:
+    """The backend says where an over-long input is, as (side, index) places; the route names them: its query
+    field bare or indexed, the text to blame first and the other text of its pair beside it."""
+    assert spelling.name(places) == name
+    with pytest.raises(InputTooLong) as caught, spelled(spelling):
+        raise InputTooLong(7, 300, 256).at(places)
+    assert caught.value.message.startswith(f"{name} has 300 tokens, but")
+    assert (caught.value.index, caught.value.places, caught.value.param) == (7, places, "input_tokens")
+    with pytest.raises(NoRoomForDocument) as refused, spelled(spelling):
+        raise NoRoomForDocument(7, 300, 3, 256).at(places)
+    assert refused.value.message.startswith(f"{name} has 300 tokens, which with the model's 3 special tokens")

@@ -7,7 +7,7 @@ import random
 import torch
 
 from scorekit.models.base import Encoded, token_array
-from scorekit.models.loading import pad_batch, padded
+from scorekit.models.padding import pad_batch, padded
 
 
 def _by_lists(rows: list[list[int]], value: int, left: bool) -> tuple[torch.Tensor, torch.Tensor]:

@@ -113,6 +113,7 @@ class GatedBackend:
     name = "gated"
     max_length = 64
     vocab_size = 100
+    batch_cost_follows_tokens = True
 
     def __init__(self) -> None:
         self.gate = threading.Event()

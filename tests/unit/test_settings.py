@@ -34,18 +34,52 @@ def test_the_small_job_lane_is_a_whole_number_from_zero(value: Any) -> None:
         ({"shutdown_timeout": -1.0}, "Settings.shutdown_timeout must be a number of seconds, 0 or more, not -1.0"),
         ({"shutdown_timeout": float("nan")}, "Settings.shutdown_timeout must be a number of seconds, 0 or more"),
         ({"header_timeout": 0}, "Settings.header_timeout must be a number of seconds, more than 0, not 0"),
+        ({"models": ()}, "Settings.models must be a tuple of at least one ModelSpec, not ()"),
+        ({"models": [ModelSpec()]}, "Settings.models must be a tuple of at least one ModelSpec"),
         (
-            {"kind": "reranker"},
-            "Settings.kind must be one of cross-encoder, bi-encoder, causal-lm, llm-reranker or None",
+            {"models": (ModelSpec("a"), ModelSpec("b", name="a"))},
+            "Settings.models serves two models under one name: a",
         ),
-        ({"max_model_len": 0}, "Settings.max_model_len must be a whole number, at least 1, not 0"),
-        ({"models": (ModelSpec(),), "trust_remote_code": True}, "Settings.models replaces model, served_model_name"),
     ],
 )
 def test_settings_refuse_bad_values(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError) as raised:
         Settings(**changes)
     assert str(raised.value).startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"kind": "reranker"},
+            "ModelSpec.kind must be one of cross-encoder, bi-encoder, causal-lm, llm-reranker or None",
+        ),
+        ({"max_model_len": 0}, "ModelSpec.max_model_len must be a whole number, at least 1, not 0"),
+        ({"runtime": "tensorrt"}, "ModelSpec.runtime must be one of torch, onnx, openvino, torchscript"),
+        ({"name": " "}, "ModelSpec.name must not be empty"),
+        ({"runtime": "onnx", "device": "cuda"}, "--runtime onnx runs on the CPU only, not on 'cuda'"),
+        ({"runtime": "openvino", "kind": "causal-lm"}, "--runtime openvino serves bi-encoders and cross-encoders"),
+    ],
+)
+def test_a_model_spec_refuses_bad_values_and_so_does_the_one_model_shorthand(
+    changes: dict[str, Any], message: str
+) -> None:
+    for make in (ModelSpec, Settings.for_model):
+        with pytest.raises(ValueError) as raised:
+            make(**changes)
+        assert str(raised.value).startswith(message)
+
+
+def test_the_one_model_shorthand_splits_the_model_from_the_server() -> None:
+    engine = EngineConfig(max_batch_size=4)
+    settings = Settings.for_model("./rr", name="rr", device="cuda", engine=engine, max_body_bytes=1024)
+    assert settings == Settings(models=(ModelSpec("./rr", "rr", device="cuda", engine=engine),), max_body_bytes=1024)
+    assert Settings.for_model() == Settings()
+    with pytest.raises(ValueError, match=r"^Settings\.for_model serves one model: give several as Settings\(models"):
+        Settings.for_model(models=(ModelSpec(),))
+    with pytest.raises(TypeError, match="nonsense"):
+        Settings.for_model(nonsense=1)
 
 
 @pytest.mark.parametrize("value", [0, -1.0, float("inf"), float("nan"), "1", True])
@@ -64,7 +98,8 @@ def test_the_batch_efficiency_is_off_or_a_share_between_0_and_1(value: Any) -> N
 
 
 def test_the_defaults_and_the_edges_are_accepted() -> None:
-    Settings(shutdown_timeout=0, limit_concurrency=0, kind="causal-lm", engine=EngineConfig(max_batch_size=1))
+    Settings.for_model(shutdown_timeout=0, limit_concurrency=0, kind="causal-lm", engine=EngineConfig(max_batch_size=1))
+    assert Settings().models == (ModelSpec(),)
 
 
 def test_a_model_spec_refuses_a_cap_below_one() -> None:

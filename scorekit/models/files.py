@@ -1,11 +1,10 @@
-"""What the backends share: finding a model's files, loading it, its length limit, pair checks and padding
-(tokens and truncation are ``tokens.py``'s)."""
+"""A model's files: where they live (a folder or the hub's cache), its JSON files, its kind, the device and
+dtype it loads in, its tokenizer and weights (refused when some would be random), and its length limit."""
 
 from __future__ import annotations
 
 import functools
 import json
-from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,10 +17,8 @@ from transformers.utils import logging as hf_logging
 from transformers.utils.hub import cached_file
 
 from scorekit.choices import DTYPES, device_error
-from scorekit.errors import InvalidRequest
-from scorekit.tasks import PairOptions
 
-from .base import Encoded, ModelKind
+from .base import ModelKind
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # Tokenizers without a limit report a sentinel near 1e30 as model_max_length.
@@ -224,66 +221,3 @@ def read_max_length(source: Source, tokenizer: PreTrainedTokenizerBase, config: 
     if min(limits) >= _NO_LIMIT:
         raise ValueError(f"Model {source.name!r} states no maximum input length.")
     return min(limits)
-
-
-def pad_token_id(tokenizer: PreTrainedTokenizerBase) -> int:
-    """Padding is masked out, so any valid id serves when the tokenizer has no pad token."""
-    pad = tokenizer.pad_token_id
-    return pad if isinstance(pad, int) else 0
-
-
-def check_pair_options(options: PairOptions, max_length: int, kind: ModelKind, *, chunks: bool) -> None:
-    """Refuse what a pair scorer of this kind cannot do (an instruction needs an LLM reranker's prompt,
-    windows a scorer that ``chunks``), then vLLM's checks of the side cuts."""
-    if options.instruction is not None and kind != "llm-reranker":
-        raise InvalidRequest(f"instruction fills an LLM reranker's prompt; a {kind} has none.", "instruction")
-    if options.chunking is not None and not chunks:
-        raise InvalidRequest(
-            f"A {kind} embeds each document on its own and cannot score it by windows; "
-            "cut long documents with truncate_prompt_tokens instead.",
-            "max_chunks_per_doc",
-        )
-    check_side_cuts(options, max_length)
-
-
-def check_side_cuts(options: PairOptions, max_length: int) -> None:
-    """vLLM's checks of ``max_tokens_per_query`` and ``max_tokens_per_doc``, with its messages."""
-    for name, value in (
-        ("max_tokens_per_query", options.query_tokens),
-        ("max_tokens_per_doc", options.document_tokens),
-    ):
-        if value < 0:
-            raise InvalidRequest(f"{name} must be a non-negative integer", name)
-        if value >= max_length:
-            raise InvalidRequest(f"{name} ({value}) must be less than max_model_len ({max_length}).", name)
-
-
-def pad_batch(batch: Sequence[Encoded], pad_id: int, device: torch.device) -> dict[str, torch.Tensor]:
-    """Right-pad to the longest input; the attention mask hides the padding from attention and pooling."""
-    ids, mask = padded([item.input_ids for item in batch], pad_id)
-    inputs = {"input_ids": ids, "attention_mask": mask}
-    types = [item.token_type_ids for item in batch if item.token_type_ids is not None]
-    if len(types) == len(batch):
-        inputs["token_type_ids"] = padded(types, 0)[0]
-    if device.type == "cuda":
-        # From page-locked memory the copy is one DMA with no staging copy, and it is queued without waiting:
-        # the forward that reads it runs on the same stream, and torch keeps the pinned block until it is done.
-        return {key: value.pin_memory().to(device, non_blocking=True) for key, value in inputs.items()}
-    return {key: value.to(device) for key, value in inputs.items()}
-
-
-def padded(rows: Sequence[array[int]], value: int, *, left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rows as one int64 tensor, padded with ``value`` to the longest on the right (or the left), and the
-    mask of their real tokens (1; padding 0).
-
-    The rows' bytes are joined and copied into the tensor's unpadded places in one go (row-major, as joined),
-    so no Python int is made per token."""
-    lengths = torch.tensor([len(row) for row in rows])
-    width = int(lengths.max())
-    places = torch.arange(width)
-    real = places >= (width - lengths)[:, None] if left else places < lengths[:, None]
-    ids = torch.full(real.shape, value, dtype=torch.long)
-    joined = bytearray().join(rows)
-    if joined:  # frombuffer refuses an empty buffer
-        ids[real] = torch.frombuffer(joined, dtype=torch.int32).long()
-    return ids, real.long()

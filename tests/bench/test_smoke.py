@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # scenario -> the keys its JSON must hold, and which of them are ratios that must be finite and > 0.
 EXPECTED: dict[str, tuple[set[str], set[str]]] = {

@@ -25,7 +25,7 @@ from scorekit.http import Request, Response
 from scorekit.lifecycle import SCOPE_KEY, LifecycleMiddleware
 from scorekit.load import LoadCounter
 from scorekit.routing import Alias, Route, Router
-from scorekit.testing import BACKENDS, FLAVORS, Backend, Flavor, make_server
+from scorekit.testing import BACKENDS, FLAVORS, AsyncBackend, Flavor, make_server
 from scorekit.testing.apps import ticks
 from scorekit.testing.scopes import make_scope
 
@@ -183,7 +183,7 @@ async def seed(flavor: Flavor, kind: Stack) -> dict[str, Any]:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", STACKS)
 @pytest.mark.parametrize("flavor", FLAVORS)
-def test_seed_alias_single_consumer_and_cancel(flavor: Flavor, kind: Stack, backend: Backend) -> None:
+def test_seed_alias_single_consumer_and_cancel(flavor: Flavor, kind: Stack, backend: AsyncBackend) -> None:
     facts = anyio.run(seed, flavor, kind, backend=backend)
     running = facts["while_running"]
     # Exactly one receive consumer: one call pending on the server (the pump listening), every other
