@@ -9,8 +9,8 @@ once. A thread runs its batch on every intra-op thread while it is the only one 
 others are (torch keeps the count per calling thread). On a CPU two batches side by side beat one batch spread
 over every core: under OpenMP's passive wait policy, which ``scorekit serve`` sets because spinning threads
 starve everything on a shared CPU, the intra-op threads sleep between operations and are woken for each one,
-which costs a small forward much of what the second core gains; a lone batch still gains from them (a
-16-pair cross-encoder batch ran 1.3-1.5x faster than on one thread), so it keeps them all. Deliveries and
+which costs a small forward much of what the second core gains; a lone batch still gains from them
+(docs/benchmarks.md, "Model workers"), so it keeps them all. Deliveries and
 failures are made under one lock: a request's items can be in two batches that end at once.
 
 The worker never sees the queue it is fed from: the engine hands it callables (take the next batch, close

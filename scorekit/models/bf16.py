@@ -13,14 +13,14 @@ logger = logging.getLogger("scorekit.models")
 # The instruction sets that compute bf16 natively, as torch.cpu.get_capabilities() names them: x86's AVX-512 BF16
 # and AMX BF16, ARM64's BF16 (NEON) and SVE BF16.
 NATIVE_FLAGS = ("avx512_bf16", "amx_bf16", "bf16", "sve_bf16")
-# From docs/benchmarks.md ("bf16 on CPU"), not measured at start-up: MiniLM's forward in bfloat16 took this many
-# times the CPU time of float32 on a CPU without native bf16 (an AVX2 AMD EPYC: 5.3x to 6.8x in three runs).
+# From docs/benchmarks.md ("bf16 on CPU"), not measured at start-up: about how many times float32's CPU time
+# MiniLM's forward in bfloat16 took on a CPU without native bf16 (the runs are there).
 EMULATED_SLOWDOWN = 5.0
-# Likewise: on a CPU with AMX (an Intel Xeon with amx_bf16 and avx512_bf16), the same forward in bfloat16 took
-# 0.2x to 0.3x the CPU time of float32 in three runs. No CPU with avx512_bf16 alone was measured.
+# Likewise: about how much less CPU time the same forward took in bfloat16 on a CPU with AMX (an Intel Xeon with
+# amx_bf16 and avx512_bf16). No CPU with avx512_bf16 alone was measured.
 AMX_SPEEDUP = 3.0
-# And from docs/models.md ("OpenVINO on the CPU"): OpenVINO's bfloat16 forward ran 3.45x to 4.86x the items per CPU
-# second of torch float32 at batch 32 on that CPU (--runtime openvino --dtype bfloat16).
+# And from docs/models.md ("OpenVINO on the CPU"): the items per CPU second OpenVINO's bfloat16 forward ran, against
+# torch float32's, on that CPU (--runtime openvino --dtype bfloat16).
 OPENVINO_AMX_SPEEDUP = "3.5-5x"
 
 
