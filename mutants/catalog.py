@@ -40,6 +40,8 @@ _WORKER = "tests/unit/test_worker.py"
 _WORKER_DEATH = "tests/unit/test_worker_death.py"
 _QUEUE_WAIT = "tests/unit/test_queue_wait.py"
 _LONG_QUERY = "tests/e2e/test_long_query.py::"
+_HOST = "tests/host/test_host_process.py::"
+_WIRE = "tests/host/test_wire.py::"
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- the lifecycle: the six that once survived the whole suite --------------------------------------
@@ -1070,12 +1072,29 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "E15",
-        "scorekit/engine.py",
+        "scorekit/model_host.py",
         "the engine ignores the backend's batch-cost trait: an LLM reranker's batches are cut by a cost fit that "
         "does not hold for it",
         "batch_efficiency=config.batch_efficiency if backend.batch_cost_follows_tokens else None,",
         "batch_efficiency=config.batch_efficiency,",
         (_BATCHING + "::test_batches_are_cut_by_the_cost_fit_except_an_llm_rerankers",),
+    ),
+    Mutant(
+        "E16",
+        "scorekit/app.py",
+        "a model host process that loaded another kind or length of model than the server plans for is taken as "
+        "long as the name matches: the server tokenizes for one model and another runs",
+        "    if hosted != card:\n",
+        "    if hosted.name != card.name:\n",
+        ("tests/unit/test_weightless.py::test_a_host_whose_model_is_not_the_one_the_server_plans_for_is_refused",),
+    ),
+    Mutant(
+        "E17",
+        "scorekit/models/loaded.py",
+        "the server's weightless copy of a hosted model runs a forward on the meta device instead of refusing it",
+        "    model.register_forward_pre_hook(refuse)\n",
+        "",
+        ("tests/unit/test_weightless.py::test_the_weightless_copy_has_the_models_card_and_plans_and_no_weights",),
     ),
     # (end of E)
     # -- tokenizing bounded by work, not by pairs (T) ----------------------------------------------------
@@ -1353,8 +1372,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "scorekit/app.py",
         "a model loaded before the lifespan (by scorekit serve, or an embedding app) skips the settings' checks: a"
         " bi-encoder chunking long documents by default is served, and refuses every such request",
-        "            backends[name] = load_spec(spec)\n        check_long_documents(",
-        "            backends[name] = load_spec(spec)\n            check_long_documents(",
+        'weights=spec.host == "thread")\n        check_long_documents(',
+        'weights=spec.host == "thread")\n            check_long_documents(',
         ("tests/unit/test_load_models.py::test_a_model_loaded_already_is_checked_like_one_it_loads",),
     ),
     Mutant(
@@ -1375,4 +1394,60 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/cli/test_ray_flags.py::test_bad_combinations_are_one_line",),
     ),
     # (end of C)
+    # -- the model host process: its wire, the host and its client (H) -----------------------------------
+    Mutant(
+        "H01",
+        "scorekit/host/process.py",
+        "the host forgets an aborted job but leaves its items queued: the items of a client that left still run",
+        "                        self.local.cancel(job)\n                case wire.Expire",
+        "                        pass\n                case wire.Expire",
+        (_HOST + "test_an_aborted_queued_job_never_runs",),
+    ),
+    Mutant(
+        "H02",
+        "scorekit/host/wire.py",
+        "a shared prefix is rebuilt once per input, not once per prefix: inputs that shared one no longer do, so an"
+        " LLM reranker runs each prompt's prefix again",
+        "None if item.prefix < 0 else prefixes[item.prefix],",
+        "None if item.prefix < 0 else SharedPrefix(message.prefixes[item.prefix]),",
+        (
+            _WIRE + "test_inputs_of_one_prefix_share_one_object_on_the_host",
+            _WIRE + "test_inputs_come_back_as_they_went",
+        ),
+    ),
+    Mutant(
+        "H03",
+        "scorekit/host/client.py",
+        "a dead host turns the health false but leaves its outstanding jobs waiting: their requests hang",
+        "        self._fail_outstanding(self._death)\n",
+        "",
+        (_HOST + "test_a_killed_host_fails_every_outstanding_job_at_once",),
+    ),
+    Mutant(
+        "H04",
+        "scorekit/host/client.py",
+        "the client's queue limit is off by one: a job that fills the queue exactly is refused",
+        "if self._outstanding + len(job.inputs) > limit:",
+        "if self._outstanding + len(job.inputs) >= limit:",
+        (_HOST + "test_the_client_refuses_past_max_queued_items",),
+    ),
+    Mutant(
+        "H05",
+        "scorekit/host/process.py",
+        "the host keeps waiting once its front end has gone: a host process outlives the server that started it",
+        "        finally:  # a message it cannot read ends the host too, never leaves it waiting\n"
+        "            ended.set()\n",
+        "        finally:\n            pass\n",
+        (_HOST + "test_the_host_exits_when_its_front_end_goes_away",),
+    ),
+    Mutant(
+        "H06",
+        "scorekit/app.py",
+        "the metrics' queue gauges ask the model host for a snapshot: every /metrics scrape waits on a round trip to"
+        " the host on the event loop, and on a stopped host up to the stats timeout",
+        "items, tokens = engine.queue()",
+        "items, tokens = engine.snapshot().queued_items, engine.snapshot().queued_tokens",
+        ("tests/e2e/test_model_host.py::test_metrics_never_wait_on_the_host",),
+    ),
+    # (end of H)
 )

@@ -34,6 +34,7 @@ from scorekit.metrics import Metrics, ModelGauge
 from scorekit.middleware.auth import ApiKeyGate
 from scorekit.middleware.drain import Drain, DrainGate, InFlight
 from scorekit.middleware.metrics import RequestMetrics
+from scorekit.model_host import Card
 from scorekit.models import PairScorer, load_spec
 from scorekit.models.base import Backend
 from scorekit.models.budget import TokenBudget, token_budgets
@@ -116,15 +117,31 @@ class ScorekitApp:
         async with AsyncExitStack() as stack:
             for spec in self.settings.models:
                 name = spec.served_name
-                backend, budget = loaded.backends[name], loaded.budgets[name]
+                backend, budget = loaded.backends[name], loaded.budgets.get(name)
                 engine = await anyio.to_thread.run_sync(self._start_engine, name, backend, spec, budget)
                 stack.push_async_callback(self._stop_engine, name, engine)
             yield
 
-    def _start_engine(self, name: str, backend: Backend, spec: ModelSpec, budget: TokenBudget) -> Engine:
-        config = replace(spec.engine, max_batch_tokens=budget.tokens)
-        engine = Engine(backend, config, observer=self.metrics.model(name))
-        engine.start()
+    def _start_engine(self, name: str, backend: Backend, spec: ModelSpec, budget: TokenBudget | None) -> Engine:
+        """Start the model's engine: its batches run in this process, or (``spec.host`` "process") in a model
+        host process, which sizes their budget itself and whose card must be this server's copy's."""
+        observer = self.metrics.model(name)
+        if spec.host == "process":
+            from scorekit.host.client import HostClient  # the wire and its process only where asked for
+
+            client = HostClient(spec, observer=observer)
+            engine = Engine(backend, spec.engine, observer=observer, host=client)
+            engine.start()  # blocks until the host has loaded the model (or raises its one-line error)
+            try:
+                budget = checked_host(name, engine.card, client.card, client.budget)
+            except ValueError:
+                engine.stop(self.settings.shutdown_timeout)
+                raise
+        else:
+            assert budget is not None, "load_models sizes every in-process model's batches"
+            config = replace(spec.engine, max_batch_tokens=budget.tokens)
+            engine = Engine(backend, config, observer=observer)
+            engine.start()
         card = engine.card
         logger.info(
             "scorekit %s serving %s (%s, inputs up to %d tokens) as %r; batches of up to %d padded tokens (%s)",
@@ -149,8 +166,8 @@ class ScorekitApp:
             if engine is None:
                 yield ModelGauge(served.name, 0, 0, 0)
             else:
-                now = engine.snapshot()
-                yield ModelGauge(served.name, now.queued_items, now.queued_tokens, now.active_requests)
+                items, tokens = engine.queue()  # never a round trip to a model host: /metrics is on the event loop
+                yield ModelGauge(served.name, items, tokens, engine.active_requests)
 
 
 async def serve_lifespan(
@@ -192,7 +209,8 @@ def create_app(
 
 @dataclass(frozen=True, slots=True)
 class LoadedModels:
-    """Every served model loaded and checked, by served name, with its batches' token budget."""
+    """Every served model loaded and checked, by served name, with its batches' token budget (but a model in a
+    model host process, whose host sizes its budget and tells it when ready)."""
 
     backends: Mapping[str, Backend]
     budgets: Mapping[str, TokenBudget]
@@ -202,14 +220,16 @@ def load_models(settings: Settings, loaded: Mapping[str, Backend] | None = None)
     """Every model ``settings`` serves, loaded one after another (but those in ``loaded``, by served name), checked
     against the settings, with its batches' token budget: all that start-up can refuse once the models are known.
     ``scorekit serve`` calls it to refuse in one line before it serves, the lifespan for whatever is not loaded
-    yet. Blocking (weights load; on a GPU a probe batch runs, once per model): call it off the event loop.
+    yet. Blocking (weights load; on a GPU a probe batch runs, once per model): call it off the event loop. A model
+    hosted in a process of its own (``host`` "process") loads here without weights (its plans, tokenizer and card);
+    its host process loads the weights when its engine starts.
 
     A runtime that cannot serve the kind a model turned out to be raises :class:`~scorekit.choices.UnfitRuntime`."""
     backends = dict(loaded or {})
     for spec in settings.models:
         name = spec.served_name
         if name not in backends:
-            backends[name] = load_spec(spec)
+            backends[name] = load_spec(spec, weights=spec.host == "thread")
         check_long_documents(settings, name, backends[name])
     return LoadedModels(backends, token_budgets(settings.models, backends))
 
@@ -222,3 +242,15 @@ def check_long_documents(settings: Settings, name: str, backend: Backend) -> Non
             f"Long documents are chunked by default, but model {name!r} is a {backend.kind}, which cannot "
             "score a document by windows: serve it without --long-documents chunk."
         )
+
+
+def checked_host(name: str, card: Card, hosted: Card, budget: TokenBudget) -> TokenBudget:
+    """The budget a model host process sized, once the model it loaded is the one this server plans for: the
+    same name, kind and longest input, or the server would tokenize for another model than the one that runs."""
+    if hosted != card:
+        raise ValueError(
+            f"Model {name!r}: its host process loaded {hosted.name} ({hosted.kind}, inputs up to"
+            f" {hosted.max_length} tokens), but this server plans for {card.name} ({card.kind}, inputs up to"
+            f" {card.max_length} tokens)."
+        )
+    return budget

@@ -29,7 +29,7 @@ import anyio.lowlevel
 import anyio.to_thread
 import torch
 
-from scorekit.batching import Batcher, QueueFull
+from scorekit.batching import QueueFull
 from scorekit.errors import (
     InputTooLong,
     InvalidRequest,
@@ -41,11 +41,12 @@ from scorekit.errors import (
     Unsupported,
     WorkerDied,
 )
+from scorekit.model_host import Card, Health, HostObserver, LocalHost, ModelHost
 from scorekit.model_job import ModelJob
 from scorekit.models.base import Backend, Checkpoint, Embedder, Encoded, LabelScorer, PairScorer, Plan, no_checkpoint
-from scorekit.settings import EngineConfig, ModelKind
+from scorekit.settings import EngineConfig
 from scorekit.tasks import Embeddings, EmbedOptions, LabelQuery, LabelScores, PairOptions, PairScores
-from scorekit.worker import ModelWorker, WorkerStats
+from scorekit.worker import WorkerStats
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -76,24 +77,6 @@ class EngineStats:
 
 
 @dataclass(frozen=True, slots=True)
-class Health:
-    """Whether the engine runs work queued now (``ready``), and if its worker died, why (``death``)."""
-
-    ready: bool
-    death: BaseException | None
-
-
-@dataclass(frozen=True, slots=True)
-class Card:
-    """What the engine serves, as /v1/models and the start-up log tell it: the model's name (where its weights
-    came from), its kind and the longest input it takes."""
-
-    name: str
-    kind: ModelKind
-    max_length: int
-
-
-@dataclass(frozen=True, slots=True)
 class EngineSnapshot:
     """The engine's state at one moment, for tests, benchmarks and the metrics' gauges: what waits
     (``queued_items``, their unpadded ``queued_tokens``), the requests admitted, the batches running, and
@@ -112,16 +95,10 @@ class EngineSnapshot:
         return self.active_requests == 0 and self.queued_items == 0 and self.running_batches == 0
 
 
-class EngineObserver(Protocol):
-    """What one engine reports as it works (``scorekit.metrics.ModelMetrics`` counts it). ``batch`` is called
-    from the worker thread, ``tokenized`` from the loop or a tokenizing thread, the rest from the event loop.
-    Reasons and stages are short fixed words."""
-
-    def batch(self, size: int, tokens: int, seconds: float) -> None:
-        """A batch ran: its items, padded tokens and forward time."""
-
-    def dropped(self, items: int) -> None:
-        """Queued items of a cancelled request were taken out before they ran."""
+class EngineObserver(HostObserver, Protocol):
+    """What one engine reports as it works (``scorekit.metrics.ModelMetrics`` counts it): its host's batches
+    and drops, and the rest from the loop (``tokenized`` also from a tokenizing thread). Reasons and stages
+    are short fixed words."""
 
     def tokenized(self, seconds: float) -> None:
         """A request tokenized for this time (until it stopped, when its client left): from the event loop
@@ -142,40 +119,20 @@ class EngineObserver(Protocol):
 
 
 class Engine:
-    """One model, its batcher and its worker (one thread, or ``model_workers``)."""
+    """One model's front end: its task methods, admission, tokenizing and the wait, over the host that runs
+    its batches (its batcher and worker, in this process unless ``host`` says otherwise)."""
 
-    def __init__(self, backend: Backend, config: EngineConfig, *, observer: EngineObserver) -> None:
-        if config.max_batch_tokens is None:  # auto: the app sizes it for the device first (models/budget.py)
-            raise ValueError("an Engine needs a number of max_batch_tokens: see scorekit.models.budget")
+    def __init__(
+        self, backend: Backend, config: EngineConfig, *, observer: EngineObserver, host: ModelHost | None = None
+    ) -> None:
         self.backend = backend
         self.config = config
         # What the backend can do, resolved once: a task it lacks is refused before any work.
         self._pairs = backend if isinstance(backend, PairScorer) else None
         self._labels = backend if isinstance(backend, LabelScorer) else None
         self._embedder = backend if isinstance(backend, Embedder) else None
-        self.batcher: Batcher[Encoded, torch.Tensor] = Batcher(
-            max_batch_tokens=config.max_batch_tokens,
-            max_batch_size=config.max_batch_size,
-            max_queued_items=config.max_queued_items,
-            max_queue_wait=config.max_queue_wait,
-            batch_efficiency=config.batch_efficiency if backend.batch_cost_follows_tokens else None,
-            min_batch_size=config.min_batch_size,
-        )
-        batcher = self.batcher
-
-        def on_batch(size: int, tokens: int, seconds: float) -> None:
-            batcher.observe(size, tokens, seconds)  # what the next batches are sized by
-            observer.batch(size, tokens, seconds)
-
-        self.worker = ModelWorker(
-            backend,
-            next_batch=batcher.next_batch,
-            close=batcher.close,
-            on_death=batcher.fail_all,
-            on_batch=on_batch,
-            threads=config.model_workers,
-            small_batch=(lambda: batcher.next_batch(small=lane)) if (lane := config.small_job_lane) else None,
-        )
+        # Where its batches run: this process by default (LocalHost), or a model host process the app started.
+        self.host: ModelHost = LocalHost(backend, config, observer) if host is None else host
         self._observer = observer
         self._active = 0
         self._stats = EngineStats()
@@ -185,20 +142,20 @@ class Engine:
         return self._active
 
     def start(self) -> None:
-        self.worker.start()
+        self.host.start()
 
     def stop(self, timeout: float | None = None) -> None:
-        self.worker.stop(timeout)
+        self.host.stop(timeout)
 
     @property
     def ready(self) -> bool:
         """The worker is running: work queued now will be run."""
-        return self.worker.alive
+        return self.host.health.ready
 
     @property
     def health(self) -> Health:
         """Whether work queued now will run, and why not once the worker has died: /health and Ray's probes."""
-        return Health(self.worker.alive, self.worker.death)
+        return self.host.health
 
     @property
     def card(self) -> Card:
@@ -207,11 +164,16 @@ class Engine:
         return Card(backend.name, backend.kind, backend.max_length)
 
     def snapshot(self) -> EngineSnapshot:
-        """The engine's counters now; the worker's are read under the lock they are written under, so none is
-        half of one batch's update."""
-        batcher, stats = self.batcher, self._stats
-        worker, running = self.worker.snapshot()
-        return EngineSnapshot(batcher.queued, batcher.queued_tokens, self._active, running, worker, replace(stats))
+        """The engine's counters now: the host's, the requests admitted here and a copy of the tokenizing ones."""
+        host = self.host.snapshot()
+        return EngineSnapshot(
+            host.queued_items, host.queued_tokens, self._active, host.running_batches, host.worker, replace(self._stats)
+        )
+
+    def queue(self) -> tuple[int, int]:
+        """The items and their tokens waiting, without a round trip to a model host process: for the metrics'
+        gauges, read on the event loop."""
+        return self.host.queue()
 
     async def score_pairs(self, side1: list[str], side2: list[str], options: PairOptions) -> PairScores:
         """One score per (side1, side2) pair, 1:N or N:N: /score and /rerank."""
@@ -313,16 +275,14 @@ class Engine:
         done = anyio.Event()
         job = ModelJob(inputs, notify=_wake_loop(done.set))
         try:
-            self.batcher.submit(job)
+            self.host.submit(job)
         except QueueFull as exc:
             raise self._rejected("overloaded", Overloaded(str(exc))) from None
         try:
             await self._wait(job, done)
         finally:
             if not job.done:  # cancelled: its client left
-                dropped = self.batcher.cancel(job)
-                if dropped:
-                    self._observer.dropped(dropped)
+                self.host.cancel(job)
                 self._observer.cancelled("queued" if job.started_at is None else "running")
             if job.started_at is not None:
                 self._observer.waited(job.started_at - job.queued_at)
@@ -338,7 +298,7 @@ class Engine:
         if limit is not None:
             with anyio.move_on_after(limit):
                 await done.wait()
-            self.batcher.expire(job)
+            self.host.expire(job)
         await done.wait()
 
     def _count_error(self, error: BaseException) -> None:

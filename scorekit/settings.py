@@ -17,6 +17,11 @@ MODEL_KINDS: tuple[ModelKind, ...] = get_args(ModelKind)
 LongDocuments = Literal["error", "chunk"]
 LONG_DOCUMENTS: tuple[LongDocuments, ...] = get_args(LongDocuments)
 
+# Where a model's batches run: in the server's process (its worker threads), or in a model host process of its
+# own that the server sends token ids to (docs/configuration.md).
+ModelHostKind = Literal["thread", "process"]
+MODEL_HOSTS: tuple[ModelHostKind, ...] = get_args(ModelHostKind)
+
 # What the embedded default model answers to in `model` fields and /v1/models.
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -83,10 +88,14 @@ class ModelSpec:
     runtime: Runtime = "torch"
     # Where --runtime onnx and openvino keep their exports; None: the user's cache (docs/models.md).
     cache_dir: str | None = None
+    # "process": the batcher, the worker and the weights run in a model host process; the server tokenizes.
+    host: ModelHostKind = "thread"
 
     def __post_init__(self) -> None:
         _check_kind(self, self.kind)
         _check_runtime(self, self.runtime)
+        if self.host not in MODEL_HOSTS:
+            raise ValueError(f"ModelSpec.host must be one of {', '.join(MODEL_HOSTS)}, not {self.host!r}")
         if self.max_model_len is not None:
             _at_least(self, "max_model_len", 1)
         if self.name is not None and not self.name.strip():

@@ -81,6 +81,8 @@ def _fill(args: argparse.Namespace) -> None:
         if getattr(args, flag.dest) is None:
             setattr(args, flag.dest, flag.from_env())
     args.settings = _settings(args, _model_specs(args))
+    if args.ray and args.model_host == "process":
+        raise FlagError("--model-host process does not run under --ray yet: a Ray replica runs its model in process")
     args.ray_options = _ray_options(args, given_flags) if args.ray else None
     if not args.ray and (ray_only := [f.name for f in RAY_FLAGS if f.name in given_flags]):
         raise FlagError(f"--{ray_only[0]} applies to Ray Serve only: add --ray")
@@ -142,6 +144,7 @@ def _model_specs(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
                 args.reranker_template,
                 args.runtime,
                 args.cache_dir,
+                args.model_host,
             )
         except ValueError as exc:
             raise FlagError(str(exc)) from None

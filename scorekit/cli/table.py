@@ -20,7 +20,7 @@ from scorekit.cli.flags import (
     whole_or_auto,
 )
 from scorekit.deploy.options import RayOptions
-from scorekit.settings import LONG_DOCUMENTS, MODEL_KINDS, EngineConfig, ModelSpec, Settings
+from scorekit.settings import LONG_DOCUMENTS, MODEL_HOSTS, MODEL_KINDS, EngineConfig, ModelSpec, Settings
 
 _ENGINE = EngineConfig()
 _SPEC = ModelSpec()
@@ -62,6 +62,15 @@ FLAGS = (
         " once at load and cached; or torchscript (traced at load; on a GPU it gives the interpreter lock up far"
         " less often than torch; docs/models.md)",
         choices=RUNTIMES,
+    ),
+    Flag(
+        "model-host",
+        str,
+        _SPEC.host,
+        "Where each model's batches run: thread (in the server's process) or process (the batcher, the worker"
+        " and the weights in a model host process of their own; the server tokenizes and sends it token ids, so"
+        " the forward never waits on the server's request work; docs/configuration.md)",
+        choices=MODEL_HOSTS,
     ),
     Flag(
         "cache-dir",

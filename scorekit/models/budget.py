@@ -43,11 +43,21 @@ class TokenBudget:
 def token_budgets(specs: Sequence[ModelSpec], backends: Mapping[str, Backend]) -> dict[str, TokenBudget]:
     """Each served model's budget, by served name, with every model loaded (``backends``): models on one GPU
     split its free memory. Measured once per loaded model, so the CLI (to refuse in one line before serving)
-    and the app (to size its engines) get the same figures."""
+    and the app (to size its engines) get the same figures. A model in a model host process (``host`` "process")
+    gets none here: its host sizes it where its weights are, and tells it when ready."""
     devices = [_device_key(spec.device) for spec in specs]
+    for spec, device in zip(specs, devices, strict=True):
+        shared = device[0] == "cuda" and devices.count(device) > 1
+        if spec.host == "process" and shared and spec.engine.max_batch_tokens is None:
+            # Its host measures the memory free beside its own model only: it cannot leave the others their share.
+            raise ValueError(
+                f"Model {spec.served_name!r} runs in a model host process on {spec.device}, which another served"
+                " model shares, so --max-batch-tokens auto cannot size its batches: give --max-batch-tokens a number."
+            )
     return {
         spec.served_name: batch_token_budget(backends[spec.served_name], spec, sharing=devices.count(device))
         for spec, device in zip(specs, devices, strict=True)
+        if spec.host == "thread"
     }
 
 

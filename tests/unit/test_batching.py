@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from scorekit.batching import BatchCost, Batcher, QueueFull
 from scorekit.engine import Engine
 from scorekit.jobs import Job
+from scorekit.model_host import LocalHost
 from scorekit.model_job import ModelJob
 from scorekit.models import BiEncoderBackend, CausalLMBackend, CrossEncoderBackend, LLMRerankerBackend
 from scorekit.models.base import Backend, Encoded, token_array
@@ -284,8 +285,9 @@ def test_batches_are_cut_by_the_cost_fit_except_an_llm_rerankers(backend: type[B
     """An LLM reranker's prompts share a prefix that runs once per batch, so its batch cost is not the fixed plus
     per-token fit the budget cuts by: it says so (``batch_cost_follows_tokens``), and its batches fill to the caps."""
     config = EngineConfig(max_batch_tokens=16384, batch_efficiency=0.8)
-    engine = Engine(TraitsOf(backend), config, observer=Silent())
-    assert engine.batcher.batch_efficiency == budget
+    host = Engine(TraitsOf(backend), config, observer=Silent()).host
+    assert isinstance(host, LocalHost)  # an engine given no host runs its batches in this process
+    assert host.batcher.batch_efficiency == budget
 
 
 def test_the_small_job_lane_takes_small_jobs_only_and_no_thread_misses_its_wake_up() -> None:

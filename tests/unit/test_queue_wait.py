@@ -19,6 +19,7 @@ from scorekit.batching import Batcher
 from scorekit.engine import Engine
 from scorekit.errors import Overloaded, QueueTimeout
 from scorekit.jobs import Job
+from scorekit.model_host import LocalHost
 from scorekit.models.base import Encoded, token_array
 from scorekit.settings import EngineConfig
 
@@ -164,11 +165,13 @@ def test_the_engine_answers_a_request_still_queued_at_its_deadline_and_none_of_i
         EngineConfig(max_batch_tokens=10_000, max_batch_size=1, max_queue_wait=0.05, small_job_lane=0),
         observer=recorder,
     )
+    host = engine.host
+    assert isinstance(host, LocalHost)
     # The batcher's own clock stands still, so only the engine's deadline can expire a job here.
-    engine.batcher._clock = lambda: 0.0
+    host.batcher._clock = lambda: 0.0
     engine.start()
     holder = job_of([3, 4])  # straight into the queue: no engine deadline of its own
-    engine.batcher.submit(holder)
+    host.batcher.submit(holder)
     try:
 
         async def main() -> None:
@@ -177,11 +180,11 @@ def test_the_engine_answers_a_request_still_queued_at_its_deadline_and_none_of_i
                 await engine.run([Encoded(token_array([0] * 5)), Encoded(token_array([0] * 6))])
 
         anyio.run(main)
-        assert (engine.batcher.queued, engine.batcher.queued_tokens) == (1, 4)  # only the holder's last item
+        assert (host.batcher.queued, host.batcher.queued_tokens) == (1, 4)  # only the holder's last item
     finally:
         backend.gate.set()
         engine.stop(WAIT)
     assert holder.done and holder.error is None
-    assert engine.worker.stats.items == 2  # the holder's two items, nothing of the expired request
+    assert host.worker.stats.items == 2  # the holder's two items, nothing of the expired request
     assert recorder.kinds("rejected") == ["queue_timeout"]
     assert recorder.kinds("waited") == [] and recorder.kinds("cancelled") == []

@@ -1,0 +1,223 @@
+"""The model host process: one model's weights, batcher and worker thread(s), fed token ids by a front end.
+
+The front end starts it (``python -m scorekit.host --fd N``, N its end of a socket pair) and sends ``Hello``
+with the model's spec; the host loads the full backend, sizes its batches for its device, starts a
+:class:`~scorekit.model_host.LocalHost` (the batcher and worker a server runs in process) and answers
+``Ready``. A model that fails to load is one line on stderr and in ``Died``, and exit status 1.
+
+Then one reader thread turns ``Submit`` into a :class:`HostJob` (whose end sends ``Done`` or ``Failed``),
+``Abort`` into a cancel and ``Expire`` into an expiry, while the main thread waits. The host never outlives
+its front end: when the socket closes it finishes what is queued (cancelling it all once a write fails: nobody
+reads the answers) and exits 0, as on SIGTERM; when its worker dies it sends ``Died`` and exits 1. It ignores
+SIGINT (``__main__``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import socket
+import sys
+import threading
+from dataclasses import replace
+from types import FrameType
+
+from scorekit.batching import QueueFull
+from scorekit.errors import ModelFailure, QueueTimeout, WorkerDied
+from scorekit.host import wire
+from scorekit.host.channel import Channel
+from scorekit.model_host import LocalHost
+from scorekit.model_job import ModelJob
+from scorekit.models import load_spec
+from scorekit.models.base import Encoded
+from scorekit.models.budget import batch_token_budget
+
+logger = logging.getLogger("scorekit.host")
+# How often the main thread looks at the worker's health while nothing else wakes it.
+_HEALTH_POLL = 0.1
+
+
+class HostJob(ModelJob):
+    """A job the front end submitted, answered over the channel when it ends; the front end names it ``number``.
+
+    The batcher marks a job started by setting ``started_at`` when it cuts its first item into a batch, under
+    its lock and with no hook; here that assignment also sends ``Started``, so the front end learns the queue
+    wait and that the job runs (a client that leaves now is counted as leaving a running job)."""
+
+    def __init__(self, number: int, inputs: list[Encoded], server: HostServer) -> None:
+        self.number = number
+        self._server = server
+        self._started: float | None = None
+        super().__init__(inputs, notify=self._answer)
+
+    @property  # the dataclass field of Job, watched
+    def started_at(self) -> float | None:
+        return self._started
+
+    @started_at.setter
+    def started_at(self, value: float | None) -> None:
+        if self._started is None and value is not None:
+            self._server.channel.send(wire.Started(self.number, value - self.queued_at))
+        self._started = value
+
+    def _answer(self) -> None:
+        """The job is done or failed (from whichever thread ended it): answer it, unless the front end aborted it."""
+        if self._server.jobs.pop(self.number, None) is None:
+            return
+        error = self.error
+        if error is not None:
+            self._server.channel.send(wire.Failed(self.number, _kind(error), str(error)))
+            return
+        packed = self._packed
+        if packed is not None and all(output is packed for output in self.results):
+            self._server.channel.send(wire.Done(self.number, True, [wire.tensor(packed)]))
+        else:
+            self._server.channel.send(wire.Done(self.number, False, [wire.tensor(row) for row in self.outputs()]))
+
+
+def _kind(error: BaseException) -> wire.FailureKind:
+    if isinstance(error, WorkerDied):
+        return "worker_died"
+    if isinstance(error, QueueTimeout):
+        return "queue_timeout"
+    if isinstance(error, ModelFailure):
+        return "model_error"
+    return "overloaded"
+
+
+def _one_line(exc: Exception) -> str:
+    """A load failure as ``scorekit serve`` says one: a ValueError (scorekit's own refusals) its message, anything
+    else its type too; the first line of either."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return first if isinstance(exc, ValueError) else f"{type(exc).__name__}: {first}".rstrip(": ")
+
+
+class _Reports:
+    """The host's :class:`~scorekit.model_host.HostObserver`: what its batches and drops were, told to the front
+    end, whose engine's observer counts them."""
+
+    def __init__(self, channel: Channel) -> None:
+        self._channel = channel
+
+    def batch(self, size: int, tokens: int, seconds: float) -> None:
+        self._channel.send(wire.Batch(size, tokens, seconds))
+
+    def dropped(self, items: int) -> None:
+        self._channel.send(wire.Dropped(items))
+
+
+class HostServer:
+    """Serves one front end's messages against a started :class:`LocalHost`."""
+
+    def __init__(self, channel: Channel, local: LocalHost) -> None:
+        self.channel = channel
+        self.local = local
+        # The jobs not yet answered or aborted, by number. The reader thread adds and aborts, a job's end
+        # (any thread) removes: each a single dict operation, atomic under the GIL.
+        self.jobs: dict[int, HostJob] = {}
+
+    def serve(self) -> None:
+        """Until the front end closes its side of the socket."""
+        for message in self.channel:
+            match message:
+                case wire.Submit():
+                    self._submit(message)
+                case wire.Abort(job=number):
+                    if (job := self.jobs.pop(number, None)) is not None:
+                        self.local.cancel(job)
+                case wire.Expire(job=number):
+                    if (job := self.jobs.get(number)) is not None:
+                        self.local.expire(job)
+                case wire.StatsRequest(request=request):
+                    self.channel.send(self._stats(request))
+                case _:
+                    logger.warning("the model host ignored a message it does not take: %s", type(message).__name__)
+
+    def _submit(self, message: wire.Submit) -> None:
+        job = HostJob(message.job, wire.inputs_of(message), self)
+        self.jobs[message.job] = job
+        try:
+            self.local.submit(job)
+        except QueueFull as exc:
+            self.jobs.pop(message.job, None)
+            self.channel.send(wire.Failed(message.job, "overloaded", str(exc)))
+
+    def _stats(self, request: int) -> wire.Stats:
+        now = self.local.snapshot()
+        worker = now.worker
+        return wire.Stats(
+            request,
+            now.queued_items,
+            now.queued_tokens,
+            now.running_batches,
+            worker.batches,
+            worker.items,
+            worker.items_of_cancelled_jobs,
+            worker.failed_batches,
+            worker.most_busy,
+            list(worker.recent_batch_sizes),
+            list(worker.recent_batch_jobs),
+        )
+
+    def abort_all(self) -> None:
+        """Cancel every job: nobody is left to read its answer."""
+        for number in list(self.jobs):
+            if (job := self.jobs.pop(number, None)) is not None:
+                self.local.cancel(job)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scorekit.host", description=__doc__)
+    parser.add_argument("--fd", type=int, required=True, help="this process's end of the front end's socket pair")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s scorekit model host: %(message)s")
+    ended = threading.Event()  # the front end closed, a write failed, or SIGTERM
+    broken = threading.Event()  # a write failed: nobody reads the answers
+
+    def broke() -> None:
+        broken.set()
+        ended.set()
+
+    channel = Channel(socket.socket(fileno=args.fd), on_broken=broke, name="scorekit-host")
+    hello = channel.receive()
+    if not isinstance(hello, wire.Hello):  # the front end went away before it said what to load
+        channel.close(timeout=1.0)
+        return 0
+    try:
+        spec = hello.spec
+        backend = load_spec(spec)
+        budget = batch_token_budget(backend, spec, sharing=hello.sharing)
+        local = LocalHost(backend, replace(spec.engine, max_batch_tokens=budget.tokens), _Reports(channel))
+        local.start()
+    except Exception as exc:
+        line = _one_line(exc)
+        print(f"scorekit model host: {line}", file=sys.stderr, flush=True)
+        channel.send(wire.Died(line))
+        channel.close(timeout=5.0)
+        return 1
+    channel.send(wire.Ready(backend.name, backend.kind, backend.max_length, budget.tokens, budget.source))
+    server = HostServer(channel, local)
+
+    def read() -> None:
+        try:
+            server.serve()
+        finally:  # a message it cannot read ends the host too, never leaves it waiting
+            ended.set()
+
+    def terminate(signum: int, frame: FrameType | None) -> None:
+        ended.set()
+
+    signal.signal(signal.SIGTERM, terminate)
+    threading.Thread(target=read, name="scorekit-host-reader", daemon=True).start()
+    while not ended.wait(_HEALTH_POLL):
+        health = local.health
+        if not health.ready:
+            channel.send(wire.Died(f"The model worker died ({type(health.death).__name__})."))
+            channel.close(timeout=5.0)
+            return 1
+    if broken.is_set():
+        server.abort_all()
+    local.stop()  # what is queued runs and is answered (or, aborted, stops at the batch running)
+    channel.close(timeout=5.0)
+    return 0

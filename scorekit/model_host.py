@@ -1,0 +1,157 @@
+"""Where a model's batches run: the seam between the engine (the front end's half) and the model's host.
+
+The engine admits, plans, tokenizes and waits; a :class:`ModelHost` queues the engine's jobs, cuts them into
+batches and runs them on the model. :class:`LocalHost` does so in this process (a :class:`~scorekit.batching.Batcher`
+and a :class:`~scorekit.worker.ModelWorker`), the default; ``scorekit.host.client.HostClient`` does so in a model
+host process of its own (``--model-host process``), so the forward never shares an interpreter lock with the
+front end's request work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from scorekit.batching import Batcher
+from scorekit.model_job import ModelJob
+from scorekit.models.base import Backend, Encoded
+from scorekit.settings import EngineConfig, ModelKind
+from scorekit.worker import ModelWorker, WorkerStats
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """Whether the engine runs work queued now (``ready``), and if its worker died, why (``death``)."""
+
+    ready: bool
+    death: BaseException | None
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    """What the engine serves, as /v1/models and the start-up log tell it, and as a model host process tells
+    it when ready: the model's name (where its weights came from), its kind and the longest input it takes."""
+
+    name: str
+    kind: ModelKind
+    max_length: int
+
+
+@dataclass(frozen=True, slots=True)
+class HostSnapshot:
+    """A host's state at one moment: what waits (``queued_items``, their unpadded ``queued_tokens``), the
+    batches running, and a copy of the worker's counters that later work leaves alone."""
+
+    queued_items: int
+    queued_tokens: int
+    running_batches: int
+    worker: WorkerStats
+
+
+class HostObserver(Protocol):
+    """What a host reports of its work (the engine's observer is one). ``batch`` is called from the thread
+    that learns of the batch (the worker's, or a host client's reader), ``dropped`` from whoever cancels."""
+
+    def batch(self, size: int, tokens: int, seconds: float) -> None:
+        """A batch ran: its items, padded tokens and forward time."""
+
+    def dropped(self, items: int) -> None:
+        """Queued items of a cancelled request were taken out before they ran."""
+
+
+class ModelHost(Protocol):
+    """A model's queue and worker, wherever they run. ``submit`` raises :class:`~scorekit.batching.QueueFull`
+    past the queue's limit; the job is answered through its own ``deliver``/``fail`` and ``notify``."""
+
+    def start(self) -> None:
+        """Start running batches (blocking until the host is ready)."""
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop taking work, finish the batches running, and end the worker (waiting at most ``timeout``)."""
+
+    @property
+    def health(self) -> Health:
+        """Whether work queued now will run, and why not once the worker has died."""
+        ...
+
+    def submit(self, job: ModelJob) -> None:
+        """Queue the job's inputs."""
+
+    def cancel(self, job: ModelJob) -> None:
+        """Take the job's queued inputs out before they run (its client left); the items dropped are told to
+        the observer."""
+
+    def expire(self, job: ModelJob) -> None:
+        """Fail the job with a queue timeout unless some of its work has run."""
+
+    def snapshot(self) -> HostSnapshot:
+        """The host's counters now."""
+        ...
+
+    def queue(self) -> tuple[int, int]:
+        """The items and their tokens waiting, known here without asking anyone: what the metrics' gauges read
+        on the event loop, where a round trip to a host process must not be waited on."""
+        ...
+
+
+class LocalHost:
+    """The model's batcher and worker thread(s) in this process: ``--model-host thread``, the default."""
+
+    def __init__(self, backend: Backend, config: EngineConfig, observer: HostObserver) -> None:
+        if config.max_batch_tokens is None:  # auto: the app sizes it for the device first (models/budget.py)
+            raise ValueError("a LocalHost needs a number of max_batch_tokens: see scorekit.models.budget")
+        self.batcher: Batcher[Encoded, torch.Tensor] = Batcher(
+            max_batch_tokens=config.max_batch_tokens,
+            max_batch_size=config.max_batch_size,
+            max_queued_items=config.max_queued_items,
+            max_queue_wait=config.max_queue_wait,
+            batch_efficiency=config.batch_efficiency if backend.batch_cost_follows_tokens else None,
+            min_batch_size=config.min_batch_size,
+        )
+        batcher = self.batcher
+
+        def on_batch(size: int, tokens: int, seconds: float) -> None:
+            batcher.observe(size, tokens, seconds)  # what the next batches are sized by
+            observer.batch(size, tokens, seconds)
+
+        self.worker = ModelWorker(
+            backend,
+            next_batch=batcher.next_batch,
+            close=batcher.close,
+            on_death=batcher.fail_all,
+            on_batch=on_batch,
+            threads=config.model_workers,
+            small_batch=(lambda: batcher.next_batch(small=lane)) if (lane := config.small_job_lane) else None,
+        )
+        self._observer = observer
+
+    def start(self) -> None:
+        self.worker.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        self.worker.stop(timeout)
+
+    @property
+    def health(self) -> Health:
+        return Health(self.worker.alive, self.worker.death)
+
+    def submit(self, job: ModelJob) -> None:
+        self.batcher.submit(job)
+
+    def cancel(self, job: ModelJob) -> None:
+        if dropped := self.batcher.cancel(job):
+            self._observer.dropped(dropped)
+
+    def expire(self, job: ModelJob) -> None:
+        self.batcher.expire(job)
+
+    def snapshot(self) -> HostSnapshot:
+        """The worker's counters are read under the lock they are written under, so none is half of one batch's
+        update."""
+        worker, running = self.worker.snapshot()
+        return HostSnapshot(self.batcher.queued, self.batcher.queued_tokens, running, worker)
+
+    def queue(self) -> tuple[int, int]:
+        return self.batcher.queued, self.batcher.queued_tokens
