@@ -7,6 +7,7 @@ ratio is also reported per CPU second, and each window records how many cores ot
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -19,6 +20,32 @@ def process_cpu_s(pid: int) -> float:
     """utime + stime of ``pid`` (all its threads), in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def children(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (a model host process, and anything it started)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it ended while we looked
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        kids = parents.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def tree_cpu_s(pid: int) -> float:
+    """utime + stime of ``pid`` and its live descendants: a server whose model runs in a child process."""
+    total = process_cpu_s(pid)
+    for child in children(pid):
+        with contextlib.suppress(OSError):
+            total += process_cpu_s(child)
+    return total
 
 
 def machine_busy_s() -> float:
@@ -36,10 +63,12 @@ class Reading:
     machine: float
 
     @classmethod
-    def take(cls, pid: int | None) -> Reading:
+    def take(cls, pid: int | None, tree: bool = False) -> Reading:
+        """``tree`` counts the server's child processes as the server (their CPU while they live)."""
+        server = (tree_cpu_s(pid) if tree else process_cpu_s(pid)) if pid else 0.0
         return cls(
             wall=time.perf_counter(),
-            server=process_cpu_s(pid) if pid else 0.0,
+            server=server,
             own=time.process_time(),
             machine=machine_busy_s(),
         )

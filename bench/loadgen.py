@@ -99,11 +99,11 @@ async def closed(args: argparse.Namespace) -> dict[str, Any]:
     async def at_edges() -> tuple[Reading, Reading, Snapshot | None, Snapshot | None]:
         await asyncio.sleep(max(0.0, t0 - time.perf_counter()))
         first = await scrape(args.port) if args.metrics else None
-        cpu_first = Reading.take(args.pid)
+        cpu_first = Reading.take(args.pid, args.tree)
         await asyncio.sleep(max(0.0, t1 - time.perf_counter()))
         maybe_end()
         await over.wait()
-        cpu_last = Reading.take(args.pid)
+        cpu_last = Reading.take(args.pid, args.tree)
         return cpu_first, cpu_last, first, await scrape(args.port) if args.metrics else None
 
     async def all_loops() -> None:
@@ -326,6 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     closed_cmd.add_argument("--min-completed", type=int, default=1)
     closed_cmd.add_argument("--metrics", action="store_true", help="scrape scorekit /metrics at the edges")
     closed_cmd.add_argument("--pid", type=int, help="the server's pid, to read its CPU time at the edges")
+    closed_cmd.add_argument("--tree", action="store_true", help="count the server's child processes' CPU as its own")
     fair = commands.choices["fairness"]
     fair.add_argument("--small", required=True)
     fair.add_argument("--big", required=True)

@@ -28,6 +28,7 @@ class Snapshot:
     at: float
     batch_items: float
     batches: float
+    inference_s: float
     dropped: float
     queue_depth: float
     route_load: float
@@ -39,6 +40,7 @@ class Snapshot:
             at=at,
             batch_items=total(s, "scorekit_batch_size_sum"),
             batches=total(s, "scorekit_batch_size_count"),
+            inference_s=total(s, "scorekit_inference_duration_seconds_sum"),
             dropped=total(s, "scorekit_items_dropped_total"),
             queue_depth=total(s, "scorekit_queue_depth"),
             route_load=s.get(f'scorekit_route_load{{route="{route}"}}', 0.0),
@@ -49,5 +51,6 @@ class Snapshot:
             "seconds": self.at - earlier.at,
             "batch_items": self.batch_items - earlier.batch_items,
             "batches": self.batches - earlier.batches,
+            "inference_s": self.inference_s - earlier.inference_s,
             "dropped": self.dropped - earlier.dropped,
         }

@@ -35,6 +35,11 @@ class Ceiling:
         return cls(backend, inputs, rate)
 
     @property
+    def threads(self) -> int:
+        """torch's intra-op threads in this process: what each forward here runs on."""
+        return torch.get_num_threads()
+
+    @property
     def mean_tokens(self) -> float:
         return sum(item.cost for item in self.inputs) / len(self.inputs)
 

@@ -42,6 +42,7 @@ _QUEUE_WAIT = "tests/unit/test_queue_wait.py"
 _LONG_QUERY = "tests/e2e/test_long_query.py::"
 _HOST = "tests/host/test_host_process.py::"
 _WIRE = "tests/host/test_wire.py::"
+_HOST_SERVE = "tests/cli/test_model_host_serve.py::"
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- the lifecycle: the six that once survived the whole suite --------------------------------------
@@ -1448,6 +1449,40 @@ MUTANTS: tuple[Mutant, ...] = (
         "items, tokens = engine.queue()",
         "items, tokens = engine.snapshot().queued_items, engine.snapshot().queued_tokens",
         ("tests/e2e/test_model_host.py::test_metrics_never_wait_on_the_host",),
+    ),
+    Mutant(
+        "H07",
+        "scorekit/serving.py",
+        "a dead model host process leaves `scorekit serve` answering 503 for ever: it never drains nor exits, so no"
+        " supervisor restarts it",
+        "                self.handle_exit(signal.SIGTERM, None)\n",
+        "                pass\n",
+        (_HOST_SERVE + "test_a_host_that_dies_drains_the_server_which_exits_with_its_own_status",),
+    ),
+    Mutant(
+        "H08",
+        "scorekit/serving.py",
+        "a server whose model host process died exits 0, as after an orderly shutdown: a supervisor sees no failure",
+        "        return HOST_DIED_EXIT\n",
+        "        return 0\n",
+        (_HOST_SERVE + "test_a_host_that_dies_drains_the_server_which_exits_with_its_own_status",),
+    ),
+    Mutant(
+        "H09",
+        "scorekit/cli/serve.py",
+        "`scorekit serve` leaves its model host processes to the lifespan: a host that cannot load is uvicorn's"
+        " lifespan failure and a traceback, not the command's one line",
+        "        app.start_hosts()",
+        "        pass",
+        (_HOST_SERVE + "test_a_host_that_cannot_load_its_weights_is_one_line_and_exit_1",),
+    ),
+    Mutant(
+        "H10",
+        "scorekit/cli/serve.py",
+        "a host's start error is told as the client's exception type before the host's own line",
+        "own=isinstance(exc, HostStartError)",
+        "own=False",
+        (_HOST_SERVE + "test_a_host_that_cannot_load_its_weights_is_one_line_and_exit_1",),
     ),
     # (end of H)
 )

@@ -15,6 +15,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import anyio.to_thread
 from starlette.middleware import Middleware
@@ -42,6 +43,9 @@ from scorekit.registry import ModelRegistry
 from scorekit.routing import Alias, Route, Router
 from scorekit.settings import ModelSpec, Settings
 
+if TYPE_CHECKING:
+    from scorekit.host.client import HostClient
+
 logger = logging.getLogger("scorekit.app")
 
 
@@ -64,6 +68,8 @@ class ScorekitApp:
         self.metrics = Metrics(self.load, models=self._model_gauges)
         # Begun by the server process at its first signal, which cuts what is left at the drain's deadline.
         self.drain = Drain()
+        # The model host processes by served name: started by `scorekit serve` before it serves, else by the lifespan.
+        self._hosts: dict[str, HostClient] = {}
         self.state = ServerState(
             settings=settings,
             models=self.models,
@@ -122,19 +128,51 @@ class ScorekitApp:
                 stack.push_async_callback(self._stop_engine, name, engine)
             yield
 
+    def start_hosts(self) -> None:
+        """Start the model host process of every model served with ``host`` "process" and wait until each has
+        loaded its model: ``scorekit serve`` calls it before it serves, so a host that cannot load is its one line
+        (:class:`~scorekit.host.client.HostStartError`) and no port answers; the lifespan starts those not started.
+        Blocking; a host that fails stops the ones started before it."""
+        try:
+            for spec in self.settings.models:
+                if spec.host == "process" and spec.served_name not in self._hosts:
+                    self._start_host(spec)
+        except BaseException:
+            for name in list(self._hosts):
+                self._hosts.pop(name).stop(self.settings.shutdown_timeout)
+            raise
+
+    def _start_host(self, spec: ModelSpec) -> HostClient:
+        from scorekit.host.client import HostClient  # the wire and its process only where asked for
+
+        name = spec.served_name
+        client = HostClient(spec, observer=self.metrics.model(name))
+        client.start()  # blocks until the host has loaded the model (or raises its one-line error)
+        self._hosts[name] = client
+        return client
+
+    def dead_host(self) -> str | None:
+        """The first model host process that died while serving, as one line naming its model and its exit status
+        (the server's drain waits for nothing it holds: its jobs have failed); None while every host lives."""
+        for name, client in self._hosts.items():
+            death = client.health.death
+            if death is not None:
+                status = client.exit_status
+                how = "lost its connection" if status is None else f"exited with status {status}"
+                return f"the model host process of model {name!r} {how}"
+        return None
+
     def _start_engine(self, name: str, backend: Backend, spec: ModelSpec, budget: TokenBudget | None) -> Engine:
         """Start the model's engine: its batches run in this process, or (``spec.host`` "process") in a model
         host process, which sizes their budget itself and whose card must be this server's copy's."""
         observer = self.metrics.model(name)
         if spec.host == "process":
-            from scorekit.host.client import HostClient  # the wire and its process only where asked for
-
-            client = HostClient(spec, observer=observer)
+            client = self._hosts.get(name) or self._start_host(spec)
             engine = Engine(backend, spec.engine, observer=observer, host=client)
-            engine.start()  # blocks until the host has loaded the model (or raises its one-line error)
             try:
                 budget = checked_host(name, engine.card, client.card, client.budget)
             except ValueError:
+                self._hosts.pop(name, None)
                 engine.stop(self.settings.shutdown_timeout)
                 raise
         else:
@@ -158,6 +196,7 @@ class ScorekitApp:
 
     async def _stop_engine(self, name: str, engine: Engine) -> None:
         self.models.remove(name)
+        self._hosts.pop(name, None)  # the engine stops it
         await anyio.to_thread.run_sync(engine.stop, self.settings.shutdown_timeout)
 
     def _model_gauges(self) -> Iterator[ModelGauge]:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
 import socket
+import sys
 import time
 from types import FrameType
 from typing import Any
@@ -24,6 +26,8 @@ logger = logging.getLogger("scorekit.serving")
 
 # How long the requests cut at the end of a drain get to write their 503 before uvicorn closes up.
 CUT_GRACE_S = 2.0
+# The exit status of a server whose model host process died (1 is a failed start, 2 a usage error).
+HOST_DIED_EXIT = 3
 
 
 class _DrainingServer(uvicorn.Server):
@@ -31,6 +35,10 @@ class _DrainingServer(uvicorn.Server):
     (a load balancer sees the 503s and /health turn away), and the requests admitted before the signal
     finish. Once they have, uvicorn shuts down as usual. At ``shutdown_timeout`` seconds, or at a second
     signal, the requests still running are answered 503 in the JSON error shape and the process exits 0.
+
+    A model host process that dies begins the same drain (its requests in flight have failed with 503 already)
+    and the process exits :data:`HOST_DIED_EXIT`: a supervisor restarts the whole server, whose models are then
+    all served again, rather than this one restarting a host behind requests it has refused.
     """
 
     def __init__(self, config: uvicorn.Config, app: ScorekitApp) -> None:
@@ -39,6 +47,7 @@ class _DrainingServer(uvicorn.Server):
         self._drain_deadline: float | None = None
         self._announced = False
         self._forced = False
+        self.host_died: str | None = None  # the one line naming the dead host, once one has died
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Runs between two bytecodes of whatever the event loop was doing: only flags here, on_tick acts.
@@ -59,6 +68,11 @@ class _DrainingServer(uvicorn.Server):
             logger.info("serving on http://%s:%d (Ctrl-C drains; a second Ctrl-C stops at once)", shown, port)
 
     async def on_tick(self, counter: int) -> bool:
+        if self.host_died is None and (line := self._scorekit.dead_host()) is not None:
+            self.host_died = line
+            logger.critical("%s: draining and exiting with status %d", line, HOST_DIED_EXIT)
+            if self._drain_deadline is None:  # a drain already begun keeps its deadline
+                self.handle_exit(signal.SIGTERM, None)
         deadline = self._drain_deadline
         if deadline is None:
             return await super().on_tick(counter)
@@ -97,7 +111,8 @@ def run_server(
     log_config: dict[str, Any] | None = LOGGING_CONFIG,
     sock: socket.socket | None = None,
 ) -> int:
-    """Serve ``app`` until a signal ends the drain; 0 when the server started, else 1.
+    """Serve ``app`` until a signal ends the drain; 0 when the server started, else 1, and
+    :data:`HOST_DIED_EXIT` after a model host process died (with its one line on stderr).
 
     ``log_config`` is uvicorn's (a ``logging.config.dictConfig``; None leaves logging as it is). ``sock``, from
     :func:`~scorekit.connections.bind_listener`, is the socket already bound to ``host``:``port``; without it
@@ -131,4 +146,7 @@ def run_server(
     )
     server = _DrainingServer(config, app)
     server.run(sockets=[sock] if sock is not None else None)
+    if server.host_died is not None:
+        print(f"scorekit: error: {server.host_died}", file=sys.stderr, flush=True)
+        return HOST_DIED_EXIT
     return 0 if server.started else 1

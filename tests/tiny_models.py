@@ -32,12 +32,13 @@ MAX_POSITIONS = 128
 INIT_RANGE = 0.5
 
 
-def build_cross_encoder(folder: Path) -> Path:
-    """A single-label BERT sequence classifier (what sentence-transformers' CrossEncoder loads)."""
+def build_cross_encoder(folder: Path, *, layers: int = 2) -> Path:
+    """A single-label BERT sequence classifier (what sentence-transformers' CrossEncoder loads), of width 32 and
+    two layers unless asked (bench.model_host builds a one-layer one)."""
     torch.manual_seed(0)
     config = BertConfig(
         hidden_size=32,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=2,
         intermediate_size=64,
         max_position_embeddings=MAX_POSITIONS,

@@ -37,6 +37,7 @@ def serve(args: argparse.Namespace) -> int:
     logging.config.dictConfig(config)
     # The heavy imports (torch, transformers, uvicorn) come only now that the flags are good.
     from scorekit.app import create_app, load_models
+    from scorekit.host.client import HostStartError
     from scorekit.serving import run_server
 
     route_transformers(args.log_level)
@@ -51,6 +52,12 @@ def serve(args: argparse.Namespace) -> int:
     except Exception as exc:
         _fail(exc, args.debug)
     app = create_app(settings, backends=loaded.backends)
+    try:
+        app.start_hosts()  # a model host process that cannot load is this command's one line, before the port serves
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        _fail(exc, args.debug, own=isinstance(exc, HostStartError))  # its message is the host's own line
     return run_server(app, host=args.host, port=args.port, log_level=args.log_level, log_config=config, sock=sock)
 
 
@@ -71,12 +78,13 @@ def _serve_on_ray(args: argparse.Namespace, sock: socket.socket) -> int:
         _fail(exc, args.debug)
 
 
-def _fail(exc: Exception, debug: bool) -> NoReturn:
-    """One line on stderr: scorekit's own errors are their message, anything else its type and first line.
+def _fail(exc: Exception, debug: bool, *, own: bool = False) -> NoReturn:
+    """One line on stderr: scorekit's own errors (a ValueError, or ``own``) are their message, anything else its
+    type and first line.
     With ``--debug``, the traceback as well."""
     if debug:
         raise exc
     lines = str(exc).strip().splitlines() or [""]
-    message = lines[0] if isinstance(exc, ValueError) else f"{type(exc).__name__}: {lines[0]}".rstrip(": ")
+    message = lines[0] if own or isinstance(exc, ValueError) else f"{type(exc).__name__}: {lines[0]}".rstrip(": ")
     print(f"scorekit: error: {message.rstrip('.')} (--debug shows the traceback)", file=sys.stderr)
     sys.exit(1)

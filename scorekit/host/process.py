@@ -3,7 +3,7 @@
 The front end starts it (``python -m scorekit.host --fd N``, N its end of a socket pair) and sends ``Hello``
 with the model's spec; the host loads the full backend, sizes its batches for its device, starts a
 :class:`~scorekit.model_host.LocalHost` (the batcher and worker a server runs in process) and answers
-``Ready``. A model that fails to load is one line on stderr and in ``Died``, and exit status 1.
+``Ready``. A model that fails to load is one line in ``Died`` (the front end's error says it) and exit status 1.
 
 Then one reader thread turns ``Submit`` into a :class:`HostJob` (whose end sends ``Done`` or ``Failed``),
 ``Abort`` into a cancel and ``Expire`` into an expiry, while the main thread waits. The host never outlives
@@ -18,7 +18,6 @@ import argparse
 import logging
 import signal
 import socket
-import sys
 import threading
 from dataclasses import replace
 from types import FrameType
@@ -191,9 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         local = LocalHost(backend, replace(spec.engine, max_batch_tokens=budget.tokens), _Reports(channel))
         local.start()
     except Exception as exc:
-        line = _one_line(exc)
-        print(f"scorekit model host: {line}", file=sys.stderr, flush=True)
-        channel.send(wire.Died(line))
+        channel.send(wire.Died(_one_line(exc)))  # the front end says it, once, as its own error
         channel.close(timeout=5.0)
         return 1
     channel.send(wire.Ready(backend.name, backend.kind, backend.max_length, budget.tokens, budget.source))

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.smoke import positive, run_smoke
 
 # scenario -> the keys its JSON must hold, and which of them are ratios that must be finite and > 0.
 EXPECTED: dict[str, tuple[set[str], set[str]]] = {
@@ -38,22 +35,10 @@ EXPECTED: dict[str, tuple[set[str], set[str]]] = {
 }
 
 
-def _positive(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value) and value > 0
-
-
 @pytest.mark.e2e
 def test_the_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke", "--out", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert "figure" in done.stdout  # the table was printed
+    stdout = run_smoke("bench", tmp_path)
+    assert "figure" in stdout  # the table was printed
 
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["profile"] == "smoke"
@@ -62,15 +47,15 @@ def test_the_smoke_run_writes_every_scenario(tmp_path: Path) -> None:
         result = json.loads((tmp_path / f"{scenario}.json").read_text())
         assert keys <= result.keys(), (scenario, keys - result.keys())
         for key in ratios:
-            assert _positive(result[key]), (scenario, key, result[key])
+            assert positive(result[key]), (scenario, key, result[key])
 
     efficiency = json.loads((tmp_path / "efficiency.json").read_text())
-    assert all(_positive(point["server_items_per_s"]) for point in efficiency["points"])
+    assert all(positive(point["server_items_per_s"]) for point in efficiency["points"])
     fairness = json.loads((tmp_path / "fairness.json").read_text())["default"]
     assert 0 < fairness["big_alone_cores"] <= fairness["cores"] + 0.5, fairness  # read from the server's own clock
     # Room may be anything up to 1 on a loaded machine (the probes' own CPU can fill the cores), never missing.
     assert all(math.isfinite(fairness[key]) and fairness[key] <= 1 for key in ("pace_room", "pace_room_at_3x"))
-    assert _positive(fairness["probe_cost"]["server_cpu_s"]), fairness
+    assert positive(fairness["probe_cost"]["server_cpu_s"]), fairness
     disconnect = json.loads((tmp_path / "disconnect.json").read_text())
     assert disconnect["wasted_batches"] >= 0
     for trial in disconnect["trials"]:  # every item of the big request either ran or was dropped

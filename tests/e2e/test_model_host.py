@@ -3,7 +3,8 @@ process of their own, the server tokenizing and sending it token ids.
 
 The answers are the in-process ones (to 1e-5: batches of other sizes move the last bits); a request the server
 refuses (400) never reaches the host; a client that leaves while its job is queued has none of its items run;
-a host killed outright turns /health and every request to 503 at once; the server's shutdown stops the host.
+a host killed outright turns /health and every request to 503 at once (and stays so: `scorekit serve` exits, an
+embedding app keeps serving); the server's shutdown stops the host.
 """
 
 from __future__ import annotations
@@ -180,6 +181,8 @@ def test_a_host_that_dies_turns_health_and_requests_to_503_at_once(cross_encoder
         status, payload = live.json("POST", "/rerank", {"query": QUERY, "documents": DOCS}, timeout=10)
         assert status == 503, payload
         assert live.wait_load(0, timeout=10) == 0
+        # An embedding app owns its process: it keeps serving, and its own health check sees the 503.
+        assert live.json("GET", "/health")[0] == 503
 
 
 def test_the_servers_shutdown_stops_its_host_process(cross_encoder_dir: Path) -> None:

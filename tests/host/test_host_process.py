@@ -9,6 +9,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,8 @@ DOCUMENTS = [
 ]
 # One item per batch and no small-job lane: a job queued behind another waits for every item of it.
 ONE_AT_A_TIME = EngineConfig(max_batch_tokens=4096, max_batch_size=1, small_job_lane=0)
+# The shared host's queue limit: the abort test's two jobs fill it exactly.
+QUEUE_LIMIT = 304
 
 
 def _close_to(got: list[torch.Tensor], expected: list[torch.Tensor]) -> None:
@@ -44,28 +48,45 @@ def _close_to(got: list[torch.Tensor], expected: list[torch.Tensor]) -> None:
         assert torch.allclose(row, want, atol=1e-5, rtol=0)
 
 
-def test_cross_encoder_outputs_equal_the_forward_in_process(cross_encoder_dir: Path) -> None:
-    spec = ModelSpec(path=str(cross_encoder_dir), engine=EngineConfig(max_batch_tokens=4096, max_batch_size=2))
-    backend = load_spec(spec)
+@dataclass
+class Shared:
+    """One host for the tests that neither kill nor stop it (a host start costs seconds of imports): each test
+    reads the counters and the observer's records as they move during it."""
+
+    spec: ModelSpec
+    client: HostClient
+    observer: Recorder
+
+
+@pytest.fixture(scope="module")
+def shared(cross_encoder_dir: Path) -> Iterator[Shared]:
+    spec = ModelSpec(path=str(cross_encoder_dir), engine=replace(ONE_AT_A_TIME, max_queued_items=QUEUE_LIMIT))
+    observer = Recorder()
+    with hosted(spec, observer) as client:
+        yield Shared(spec, client, observer)
+
+
+def test_cross_encoder_outputs_equal_the_forward_in_process(shared: Shared) -> None:
+    backend = load_spec(shared.spec)
     assert isinstance(backend, PairScorer)
     inputs = backend.plan_pairs(["what is a capital?"], DOCUMENTS, PairOptions()).encode(no_checkpoint).inputs
     expected = backend.forward(inputs)
-    observer = Recorder()
-    with hosted(spec, observer) as client:
-        assert (client.card.name, client.card.kind, client.card.max_length) == (
-            backend.name,
-            backend.kind,
-            backend.max_length,
-        )
-        assert client.budget.tokens == 4096
-        waited = Waited(inputs)
-        client.submit(waited.job)
-        _close_to(waited.outputs(), expected)
-        assert waited.job.started_at is not None and waited.job.started_at >= waited.job.queued_at
-        stats = client.snapshot()
-    assert stats.worker.items == len(inputs)
+    client, observer = shared.client, shared.observer
+    assert (client.card.name, client.card.kind, client.card.max_length) == (
+        backend.name,
+        backend.kind,
+        backend.max_length,
+    )
+    assert client.budget.tokens == 4096
+    before, told = client.snapshot().worker.items, len(observer.batches)
+    waited = Waited(inputs)
+    client.submit(waited.job)
+    _close_to(waited.outputs(), expected)
+    assert waited.job.started_at is not None and waited.job.started_at >= waited.job.queued_at
+    stats = client.snapshot()
+    assert stats.worker.items - before == len(inputs)
     assert stats.queued_items == 0
-    assert sum(size for size, _, _ in observer.batches) == len(inputs)  # every batch told to the observer
+    assert sum(size for size, _, _ in observer.batches[told:]) == len(inputs)  # every batch told to the observer
 
 
 def test_minilm_embeddings_equal_the_forward_in_process() -> None:
@@ -96,42 +117,41 @@ def test_an_llm_reranker_with_a_shared_prefix_scores_as_in_process(tmp_path: Pat
         _close_to(waited.outputs(), expected)
 
 
-def test_an_aborted_queued_job_never_runs(cross_encoder_dir: Path) -> None:
-    spec = ModelSpec(path=str(cross_encoder_dir), engine=ONE_AT_A_TIME)
-    observer = Recorder()
+def test_an_aborted_queued_job_never_runs(shared: Shared) -> None:
+    client, observer = shared.client, shared.observer
     ahead = [Encoded(token_array([101] * 100))] * 300  # 300 one-item batches to wait behind
-    with hosted(spec, observer) as client:
-        first, behind = Waited(ahead), Waited([Encoded(token_array([102] * 8))] * 4)
-        client.submit(first.job)
-        client.submit(behind.job)
-        client.cancel(behind.job)
-        assert len(first.outputs()) == len(ahead)
-        stats = client.snapshot()
-        assert not behind.finished.is_set()
-        assert behind.job.started_at is None
-    assert stats.worker.items == len(ahead)  # none of the aborted job's items ran
-    assert stats.worker.items_of_cancelled_jobs == 0
-    assert observer.drops == [4]
+    before, drops = client.snapshot().worker, len(observer.drops)
+    first, behind = Waited(ahead), Waited([Encoded(token_array([102] * 8))] * 4)
+    client.submit(first.job)
+    client.submit(behind.job)
+    client.cancel(behind.job)
+    assert len(first.outputs()) == len(ahead)
+    stats = client.snapshot()
+    assert not behind.finished.is_set()
+    assert behind.job.started_at is None
+    assert stats.worker.items - before.items == len(ahead)  # none of the aborted job's items ran
+    assert stats.worker.items_of_cancelled_jobs - before.items_of_cancelled_jobs == 0
+    assert observer.drops[drops:] == [4]
 
 
-def test_the_client_refuses_past_max_queued_items(cross_encoder_dir: Path) -> None:
-    """Its own books decide, so the host is paused: nothing it does can change the count."""
-    spec = ModelSpec(path=str(cross_encoder_dir), engine=EngineConfig(max_batch_tokens=4096, max_queued_items=4))
+def test_the_client_refuses_past_max_queued_items(shared: Shared) -> None:
+    """Its own books decide, so the host is paused (and resumed: the next test shares it): nothing it does can
+    change the count."""
+    client = shared.client
     item = Encoded(token_array([101] * 5))
-    with hosted(spec) as client:
-        assert client.pid is not None
-        os.kill(client.pid, signal.SIGSTOP)
-        try:
-            full = Waited([item] * 4)
-            client.submit(full.job)  # exactly the limit
-            with pytest.raises(QueueFull, match="4 items are queued; the limit is 4"):
-                client.submit(Waited([item]).job)
-            client.cancel(full.job)  # its items leave the books at once
-            again = Waited([item] * 4)
-            client.submit(again.job)
-        finally:
-            os.kill(client.pid, signal.SIGCONT)
-        assert len(again.outputs()) == 4
+    assert client.pid is not None
+    os.kill(client.pid, signal.SIGSTOP)
+    try:
+        full = Waited([item] * QUEUE_LIMIT)
+        client.submit(full.job)  # exactly the limit
+        with pytest.raises(QueueFull, match=f"{QUEUE_LIMIT} items are queued; the limit is {QUEUE_LIMIT}"):
+            client.submit(Waited([item]).job)
+        client.cancel(full.job)  # its items leave the books at once
+        again = Waited([item] * QUEUE_LIMIT)
+        client.submit(again.job)
+    finally:
+        os.kill(client.pid, signal.SIGCONT)
+    assert len(again.outputs()) == QUEUE_LIMIT
 
 
 def test_a_killed_host_fails_every_outstanding_job_at_once(cross_encoder_dir: Path) -> None:
