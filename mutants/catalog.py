@@ -844,8 +844,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "S09",
         "scorekit/middleware/drain.py",
         "the drain's cut sends its 503 to every request, one whose answer had started too",
-        "if cancel.cancel_called and not started and drain._cutting:",
-        "if cancel.cancel_called and drain._cutting:",
+        "if cancel.cancel_called and not started and self._drain.cutting:",
+        "if cancel.cancel_called and self._drain.cutting:",
         ("tests/hardening/test_server_rules.py::test_an_answer_started_before_the_drain_deadline_gets_no_503_on_top",),
     ),
     Mutant(

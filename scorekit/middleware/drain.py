@@ -15,7 +15,8 @@ labelled as load and never holds up the drain it is refused by).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import anyio
 
@@ -54,6 +55,22 @@ class Drain:
                 await self._emptied.wait()
         return cut
 
+    @property
+    def cutting(self) -> bool:
+        """The deadline's cut has begun: a request cancelled now is answered the JSON 503."""
+        return self._cutting
+
+    @contextmanager
+    def tracking(self, cancel: anyio.CancelScope) -> Iterator[None]:
+        """``cancel`` (one request's scope) is in flight, for :meth:`cut` to cancel, until the block ends."""
+        self._running.add(cancel)
+        try:
+            yield
+        finally:
+            self._running.discard(cancel)
+            if not self._running and self._emptied is not None:
+                self._emptied.set()
+
 
 class InFlight:
     """Every HTTP request in flight, each under its own cancel scope, so that :meth:`Drain.cut` can answer it.
@@ -74,18 +91,12 @@ class InFlight:
             started = started or message["type"] == "http.response.start"
             await send(message)
 
-        drain = self._drain
         cancel = anyio.CancelScope()
-        drain._running.add(cancel)
-        try:
+        with self._drain.tracking(cancel):
             with cancel:
                 await self.app(scope, receive, tracked)
-            if cancel.cancel_called and not started and drain._cutting:
+            if cancel.cancel_called and not started and self._drain.cutting:
                 await send_response(send, shutting_down(_TOO_LATE).to_response())
-        finally:
-            drain._running.discard(cancel)
-            if not drain._running and drain._emptied is not None:
-                drain._emptied.set()
 
 
 class DrainGate:
