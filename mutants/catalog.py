@@ -1484,5 +1484,21 @@ MUTANTS: tuple[Mutant, ...] = (
         "own=False",
         (_HOST_SERVE + "test_a_host_that_cannot_load_its_weights_is_one_line_and_exit_1",),
     ),
+    Mutant(
+        "H11",
+        "scorekit/settings.py",
+        "ModelSpec takes any host: a misspelt one serves in process without a word, as if it were thread",
+        "        if self.host not in MODEL_HOSTS:\n",
+        "        if False:\n",
+        ("tests/unit/test_settings.py::test_a_model_spec_refuses_bad_values_and_so_does_the_one_model_shorthand",),
+    ),
+    Mutant(
+        "H12",
+        "scorekit/cli/parser.py",
+        "--model-host process passes under --ray, whose replicas run their model in process: the flag is ignored",
+        'if args.ray and args.model_host == "process":',
+        'if args.ray and args.model_host == "processes":',
+        ("tests/cli/test_model_host_flag.py::test_process_under_ray_is_refused",),
+    ),
     # (end of H)
 )

@@ -58,6 +58,7 @@ def test_settings_refuse_bad_values(changes: dict[str, Any], message: str) -> No
         ({"max_model_len": 0}, "ModelSpec.max_model_len must be a whole number, at least 1, not 0"),
         ({"runtime": "tensorrt"}, "ModelSpec.runtime must be one of torch, onnx, openvino, torchscript"),
         ({"name": " "}, "ModelSpec.name must not be empty"),
+        ({"host": "processes"}, "ModelSpec.host must be one of thread, process, not 'processes'"),
         ({"runtime": "onnx", "device": "cuda"}, "--runtime onnx runs on the CPU only, not on 'cuda'"),
         ({"runtime": "openvino", "kind": "causal-lm"}, "--runtime openvino serves bi-encoders and cross-encoders"),
     ],
