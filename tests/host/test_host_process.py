@@ -175,7 +175,9 @@ def test_a_killed_host_fails_every_outstanding_job_at_once(cross_encoder_dir: Pa
         assert "exited with status -9" in str(health.death)
         with pytest.raises(QueueFull):
             client.submit(Waited([item]).job)
-    assert failed_after < 1.0
+    # At once: on the socket's end, plus at most half a second to learn the exit status. The bound is wide
+    # (a loaded machine); a death noticed only at some later timeout, or never, fails the waits above.
+    assert failed_after < 4.0
 
 
 def test_a_host_whose_model_fails_to_load_gives_its_one_line(tmp_path: Path) -> None:
