@@ -43,6 +43,9 @@ _LONG_QUERY = "tests/e2e/test_long_query.py::"
 _HOST = "tests/host/test_host_process.py::"
 _WIRE = "tests/host/test_wire.py::"
 _HOST_SERVE = "tests/cli/test_model_host_serve.py::"
+_BOARD = "tests/unit/test_load_board.py::"
+_METRICS_PROCESSES = "tests/unit/test_metrics_processes.py::"
+_FRONT_ENDS = "tests/cli/test_api_processes.py::"
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- the lifecycle: the six that once survived the whole suite --------------------------------------
@@ -1501,4 +1504,155 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/cli/test_model_host_flag.py::test_process_under_ray_is_refused",),
     ),
     # (end of H)
+    # -- the load board read everywhere: admission, /metrics over processes, the drain (K) -----------------
+    Mutant(
+        "K01",
+        "scorekit/engine.py",
+        "admission checks max_concurrent_requests against this front end's own count: with N front ends the model"
+        " takes N times its limit",
+        "if (active := admitted.value) >= self.config.max_concurrent_requests:",
+        "if (active := admitted.here) >= self.config.max_concurrent_requests:",
+        (_BOARD + "test_the_admission_limit_is_the_whole_servers",),
+    ),
+    Mutant(
+        "K02",
+        "scorekit/metrics.py",
+        "a scrape over processes answers without the multiprocess files: no counter or histogram at all",
+        "            MultiProcessCollector(self._scraped, path=str(processes))  # type: ignore[no-untyped-call]\n",
+        "",
+        (_METRICS_PROCESSES + "test_a_scrape_sums_every_process_and_reads_the_live_gauges_once",),
+    ),
+    Mutant(
+        "K03",
+        "scorekit/metrics.py",
+        "the multiprocess files are read into the registry this process counts in: each series twice, its own share"
+        " beside the sum",
+        "            self._scraped = CollectorRegistry()\n",
+        "            self._scraped = self.registry\n",
+        (_METRICS_PROCESSES + "test_a_scrape_sums_every_process_and_reads_the_live_gauges_once",),
+    ),
+    Mutant(
+        "K04",
+        "scorekit/metrics.py",
+        "metrics over processes take a prometheus-client that does not write there: a scrape answers one front"
+        " end's share as the server's",
+        "            _check_multiprocess(processes)\n",
+        "            pass\n",
+        (_METRICS_PROCESSES + "test_metrics_over_processes_refuse_a_prometheus_client_that_is_not_writing_there",),
+    ),
+    Mutant(
+        "K05",
+        "scorekit/serving.py",
+        "a draining front end waits for every front end's requests, its own long finished, until the deadline cuts",
+        "        admitted = self._scorekit.load.routed_here\n",
+        "        admitted = self._scorekit.load.routed\n",
+        (_BOARD + "test_a_drain_waits_for_its_own_requests_not_another_front_ends",),
+    ),
+    Mutant(
+        "K06",
+        "scorekit/load.py",
+        "clearing a row outside the board clears another front end's: -1 is the last row",
+        "        start = _checked(row) * COLUMNS",
+        "        start = row * COLUMNS",
+        (_BOARD + "test_clear_zeroes_one_front_ends_row_only",),
+    ),
+    Mutant(
+        "K07",
+        "scorekit/load.py",
+        "a counter name may fill its whole slot, with no NUL after it",
+        "if not 0 < len(encoded) < NAME_BYTES",
+        "if not 0 < len(encoded) <= NAME_BYTES",
+        (_BOARD + "test_counter_names_take_1_to_NAME_BYTES_less_one_bytes",),
+    ),
+    Mutant(
+        "K08",
+        "scorekit/load.py",
+        "a front end attaches any row: one past the board counts outside it",
+        "        return cls(path, _checked(row))",
+        "        return cls(path, row)",
+        (_BOARD + "test_attach_takes_rows_0_to_ROWS_less_one",),
+    ),
+    # (end of K)
+    # -- several front-end processes: the supervisor, its flag, the host they join (P) -----------------------
+    Mutant(
+        "P01",
+        "scorekit/cli/supervisor.py",
+        "a dead front end's row is left on the board: /load counts its dead requests forever",
+        "                board.clear(front_end.row)\n",
+        "",
+        (_FRONT_ENDS + "test_a_front_end_that_dies_is_replaced_and_its_load_cleared",),
+    ),
+    Mutant(
+        "P02",
+        "scorekit/cli/supervisor.py",
+        "a front end that dies while serving is not replaced: the server serves on with one fewer",
+        "                self.front_ends[index] = self._spawn(front_end.row)\n",
+        "",
+        (_FRONT_ENDS + "test_a_front_end_that_dies_is_replaced_and_its_load_cleared",),
+    ),
+    Mutant(
+        "P03",
+        "scorekit/cli/supervisor.py",
+        "the supervisor keeps its signal to itself: the front ends never drain and SIGTERM never ends the server",
+        "                self._signal_front_ends()\n",
+        "                pass\n",
+        (_FRONT_ENDS + "test_sigterm_drains_every_front_end_then_stops_the_host",),
+    ),
+    Mutant(
+        "P04",
+        "scorekit/cli/supervisor.py",
+        "a dead host ends the server with status 0, as if it had been asked to stop",
+        "            return _error(host_died, HOST_DIED_EXIT)\n        logger.info(",
+        "            return _error(host_died, 0)\n        logger.info(",
+        (_FRONT_ENDS + "test_a_dead_host_fails_every_front_end_s_requests_and_the_server_exits_3",),
+    ),
+    Mutant(
+        "P05",
+        "scorekit/host/process.py",
+        "a host tells every batch to its owner (the supervisor, which keeps no metrics): /metrics counts none",
+        "            return self._joined[0] if self._joined else self.owner",
+        "            return self.owner",
+        ("tests/host/test_joined_front_ends.py::test_reports_go_to_the_oldest_front_end_and_move_on_when_it_leaves",),
+    ),
+    Mutant(
+        "P06",
+        "scorekit/host/client.py",
+        "a front end's queue limit counts its own items only: N front ends queue N times the limit",
+        "            queued = self._items.value",
+        "            queued = self._items.here",
+        ("tests/host/test_joined_front_ends.py::test_the_queue_books_on_a_board_count_every_front_end",),
+    ),
+    Mutant(
+        "P07",
+        "scorekit/cli/parser.py",
+        "--api-processes 2 leaves the models in process: each front end would load its own weights",
+        '        args.model_host = "process"\n',
+        "",
+        ("tests/cli/test_api_processes_flag.py::test_one_by_default_and_more_hosts_every_model_in_a_process",),
+    ),
+    Mutant(
+        "P08",
+        "scorekit/cli/parser.py",
+        "auto beside a GPU is one front end: the request work stays in the one interpreter",
+        "        args.api_processes = 1 if on_cpu else min(8, max(2, (os.cpu_count() or 1) // 4))",
+        "        args.api_processes = 1",
+        ("tests/cli/test_api_processes_flag.py::test_auto_is_one_on_a_cpu_and_a_quarter_of_the_cores_beside_a_gpu",),
+    ),
+    Mutant(
+        "P09",
+        "scorekit/cli/parser.py",
+        "--api-processes passes under --ray, whose replicas are processes of Ray's: the flag is ignored",
+        "    if args.ray and args.api_processes != 1:",
+        "    if args.ray and args.api_processes > 64:",
+        ("tests/cli/test_api_processes_flag.py::test_several_under_ray_are_refused",),
+    ),
+    Mutant(
+        "P10",
+        "scorekit/connections.py",
+        "the front ends' sockets share the port without SO_REUSEPORT: the second cannot bind",
+        "        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)\n",
+        "        pass\n",
+        (_FRONT_ENDS + "test_both_front_ends_serve_the_scores_of_the_model",),
+    ),
+    # (end of P)
 )

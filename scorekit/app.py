@@ -15,6 +15,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio.to_thread
@@ -29,7 +30,7 @@ from scorekit.api.state import ServerState
 from scorekit.asgi import ASGIApp, Receive, Scope, Send
 from scorekit.engine import Engine
 from scorekit.lifecycle import LifecycleMiddleware
-from scorekit.load import LoadCounter
+from scorekit.load import Board, Cell, LoadCounter
 from scorekit.logs import ensure_visible
 from scorekit.metrics import Metrics, ModelGauge
 from scorekit.middleware.auth import ApiKeyGate
@@ -59,13 +60,17 @@ class ScorekitApp:
         backends: Mapping[str, Backend] | None = None,
         routes: Iterable[Route | Alias] = ROUTES,
         middleware: Sequence[Middleware] = (),
+        group: FrontEndGroup | None = None,
     ) -> None:
         self.settings = settings
         self._backends = dict(backends or {})  # loaded already (by `scorekit serve`), keyed by served name
+        self._group = group
         table = tuple(routes)
-        self.load = LoadCounter()
+        self.load = LoadCounter(None if group is None else group.board)
         self.models = ModelRegistry(settings.models)
-        self.metrics = Metrics(self.load, models=self._model_gauges)
+        self.metrics = Metrics(
+            self.load, models=self._model_gauges, processes=None if group is None else group.metrics_dir
+        )
         # Begun by the server process at its first signal, which cuts what is left at the drain's deadline.
         self.drain = Drain()
         # The model host processes by served name: started by `scorekit serve` before it serves, else by the lifespan.
@@ -146,7 +151,12 @@ class ScorekitApp:
         from scorekit.host.client import HostClient  # the wire and its process only where asked for
 
         name = spec.served_name
-        client = HostClient(spec, observer=self.metrics.model(name))
+        observer = self.metrics.model(name)
+        if self._group is None:
+            client = HostClient(spec, observer=observer)
+        else:  # the supervisor's host, which every front end joins; its queue is counted on the board
+            cells = (self.load.cell(f"queued_items:{name}"), self.load.cell(f"queued_tokens:{name}"))
+            client = HostClient(spec, observer=observer, address=self._group.hosts[name], cells=cells)
         client.start()  # blocks until the host has loaded the model (or raises its one-line error)
         self._hosts[name] = client
         return client
@@ -168,7 +178,7 @@ class ScorekitApp:
         observer = self.metrics.model(name)
         if spec.host == "process":
             client = self._hosts.get(name) or self._start_host(spec)
-            engine = Engine(backend, spec.engine, observer=observer, host=client)
+            engine = Engine(backend, spec.engine, observer=observer, host=client, admitted=self._admitted(name))
             try:
                 budget = checked_host(name, engine.card, client.card, client.budget)
             except ValueError:
@@ -178,7 +188,7 @@ class ScorekitApp:
         else:
             assert budget is not None, "load_models sizes every in-process model's batches"
             config = replace(spec.engine, max_batch_tokens=budget.tokens)
-            engine = Engine(backend, config, observer=observer)
+            engine = Engine(backend, config, observer=observer, admitted=self._admitted(name))
             engine.start()
         card = engine.card
         logger.info(
@@ -193,6 +203,10 @@ class ScorekitApp:
         )
         self.models.add(name, engine)
         return engine
+
+    def _admitted(self, name: str) -> Cell:
+        """Where the model's engine counts the requests it admitted: over every front end of a group."""
+        return self.load.cell(f"admitted:{name}")
 
     async def _stop_engine(self, name: str, engine: Engine) -> None:
         self.models.remove(name)
@@ -244,6 +258,17 @@ def create_app(
     which count what they answer; the drain gate and the router are below them, so a CORS middleware also
     dresses a draining server's 503."""
     return ScorekitApp(settings or Settings(), backends=backends, routes=routes, middleware=middleware)
+
+
+@dataclass(frozen=True, slots=True)
+class FrontEndGroup:
+    """What a front end of several (``--api-processes N``) shares with the others, from its supervisor: the load
+    board it counts on (its own row), the Prometheus directory every front end writes its metrics to, and the
+    address each model's host process takes front ends at, by served name."""
+
+    board: Board
+    metrics_dir: Path
+    hosts: Mapping[str, str]
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,15 +29,21 @@ MAX_BACKLOG = 2048
 LOG_EVERY_S = 60.0
 
 
-def bind_listener(host: str, port: int) -> socket.socket:
+def bind_listener(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     """The server's socket, bound now (uvicorn makes it listen with its backlog once serving starts).
 
     ``scorekit serve`` binds before it loads the model, so a busy port or a wrong host is said at once, not
     after a load of minutes, and no other process can take the port while the model loads.
+
+    ``reuse_port``: one of several sockets on the port, one per front-end process (``--api-processes``), among
+    which the kernel spreads new connections evenly (SO_REUSEPORT). One socket shared by every front end would
+    not: whichever wakes first accepts a whole burst of connections, so one front end would serve them all.
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a port in TIME_WAIT is free
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:

@@ -41,6 +41,7 @@ from scorekit.errors import (
     Unsupported,
     WorkerDied,
 )
+from scorekit.load import Cell, LocalCell
 from scorekit.model_host import Card, Health, HostObserver, LocalHost, ModelHost
 from scorekit.model_job import ModelJob
 from scorekit.models.base import Backend, Checkpoint, Embedder, Encoded, LabelScorer, PairScorer, Plan, no_checkpoint
@@ -79,7 +80,8 @@ class EngineStats:
 @dataclass(frozen=True, slots=True)
 class EngineSnapshot:
     """The engine's state at one moment, for tests, benchmarks and the metrics' gauges: what waits
-    (``queued_items``, their unpadded ``queued_tokens``), the requests admitted, the batches running, and
+    (``queued_items``, their unpadded ``queued_tokens``), the requests this engine admitted (this front-end
+    process's, not the server's: ``idle`` says this engine's counters cannot move), the batches running, and
     copies of the worker's and the tokenizing counters that later work leaves alone."""
 
     queued_items: int
@@ -120,10 +122,20 @@ class EngineObserver(HostObserver, Protocol):
 
 class Engine:
     """One model's front end: its task methods, admission, tokenizing and the wait, over the host that runs
-    its batches (its batcher and worker, in this process unless ``host`` says otherwise)."""
+    its batches (its batcher and worker, in this process unless ``host`` says otherwise).
+
+    The requests it admits are counted in ``admitted``: with ``--api-processes``, a cell of the load board that
+    every front end's engine for this model counts in, so ``max_concurrent_requests`` limits the whole server and
+    :attr:`active_requests` is the model's count over every front end (what /load answers)."""
 
     def __init__(
-        self, backend: Backend, config: EngineConfig, *, observer: EngineObserver, host: ModelHost | None = None
+        self,
+        backend: Backend,
+        config: EngineConfig,
+        *,
+        observer: EngineObserver,
+        host: ModelHost | None = None,
+        admitted: Cell | None = None,
     ) -> None:
         self.backend = backend
         self.config = config
@@ -134,12 +146,13 @@ class Engine:
         # Where its batches run: this process by default (LocalHost), or a model host process the app started.
         self.host: ModelHost = LocalHost(backend, config, observer) if host is None else host
         self._observer = observer
-        self._active = 0
+        self._admitted: Cell = LocalCell() if admitted is None else admitted
         self._stats = EngineStats()
 
     @property
     def active_requests(self) -> int:
-        return self._active
+        """The requests admitted to this model and not yet answered, over every front-end process."""
+        return self._admitted.value
 
     def start(self) -> None:
         self.host.start()
@@ -166,8 +179,9 @@ class Engine:
     def snapshot(self) -> EngineSnapshot:
         """The engine's counters now: the host's, the requests admitted here and a copy of the tokenizing ones."""
         host = self.host.snapshot()
+        admitted = self._admitted.here
         return EngineSnapshot(
-            host.queued_items, host.queued_tokens, self._active, host.running_batches, host.worker, replace(self._stats)
+            host.queued_items, host.queued_tokens, admitted, host.running_batches, host.worker, replace(self._stats)
         )
 
     def queue(self) -> tuple[int, int]:
@@ -229,14 +243,19 @@ class Engine:
 
     @contextmanager
     def admit(self) -> Iterator[None]:
-        """Count one request against ``max_concurrent_requests`` for as long as it runs."""
-        if self._active >= self.config.max_concurrent_requests:
-            raise self._rejected("overloaded", Overloaded(f"requests in flight: {self._active}, the limit"))
-        self._active += 1
+        """Count one request against ``max_concurrent_requests`` for as long as it runs.
+
+        The limit is the whole server's: the count read is over every front-end process. The check and the count
+        are not one atomic step across processes, so front ends admitting at the same instant may pass it, by one
+        each; that is the only imprecision (within one process both run on the event loop, nothing between)."""
+        admitted = self._admitted
+        if (active := admitted.value) >= self.config.max_concurrent_requests:
+            raise self._rejected("overloaded", Overloaded(f"requests in flight: {active}, the limit"))
+        admitted.add(1)
         try:
             yield
         finally:
-            self._active -= 1
+            admitted.add(-1)
 
     async def prepare(self, tokenize: Callable[[Checkpoint], T], *, chars: int) -> T:
         """Tokenize inline when small, else in a thread, so a large request never blocks the loop.

@@ -1,4 +1,5 @@
-"""Prometheus metrics, one registry per app (so several apps can live in one process).
+"""Prometheus metrics, one registry per app (so several apps can live in one process), or over every front-end
+process of one server (``--api-processes``).
 
 prometheus-client gives the text format, histograms and thread-safe counters for free; the load
 and the queue depth are read at scrape time from their owners, so they are never stale copies.
@@ -6,15 +7,23 @@ What belongs to one model (its batches, queue, dropped items, admitted requests,
 goes, and the requests it rejected, lost to their clients or failed) carries a ``model`` label; each engine
 reports to its model's :class:`ModelMetrics`. The split of a request's time into tokenizing, queue wait and
 inference follows text-embeddings-inference, so its dashboards and autoscaling rules carry over.
+
+With several front-end processes a scrape reaches one of them, and must answer for all: the counters and
+histograms are then written by prometheus-client's multiprocess mode (a file per process in one directory) and a
+scrape sums every process's files, while the live gauges are read once, by the process scraped, from owners that
+already count over every front end (the load board of ``scorekit.load``).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, values
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from scorekit.load import LoadCounter
@@ -39,7 +48,16 @@ ModelGauges = Callable[[], Iterable[ModelGauge]]
 
 
 class Metrics:
-    def __init__(self, load: LoadCounter, models: ModelGauges) -> None:
+    """One app's metrics. ``registry`` holds what this process counted; :meth:`render` is what a scrape answers.
+
+    With ``processes``, the prometheus-client multiprocess directory every front end of the server writes to
+    (``PROMETHEUS_MULTIPROC_DIR``, set to it before prometheus-client was imported, and empty when the server
+    started), a scrape answers the sum over every process that has counted since, those gone included, as
+    counters must; make one such ``Metrics`` per process (two would count into the same file)."""
+
+    def __init__(self, load: LoadCounter, models: ModelGauges, processes: Path | None = None) -> None:
+        if processes is not None:
+            _check_multiprocess(processes)
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "scorekit_requests",
@@ -81,7 +99,15 @@ class Metrics:
             "scorekit_requests_cancelled", "Requests whose client left, by the stage they were in.", "stage"
         )
         self.failed = self._by_model("scorekit_requests_failed", "Requests the model failed, by reason.", "reason")
-        self.registry.register(_LiveGauges(load, models))
+        live = _LiveGauges(load, models)
+        if processes is None:
+            self.registry.register(live)
+            self._scraped = self.registry
+        else:
+            # A registry of its own: the counters are read from the files alone, never twice.
+            self._scraped = CollectorRegistry()
+            MultiProcessCollector(self._scraped, path=str(processes))  # type: ignore[no-untyped-call]
+            self._scraped.register(live)
 
     def _seconds(self, name: str, text: str) -> Histogram:
         return Histogram(name, text, ["model"], buckets=_SECONDS, registry=self.registry)
@@ -98,7 +124,22 @@ class Metrics:
         return ModelMetrics(self, name)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return generate_latest(self._scraped)
+
+
+def _check_multiprocess(processes: Path) -> None:
+    """Refuse a ``processes`` directory that prometheus-client is not writing to: its counters would stay in
+    this process, and a scrape would answer one front end's share as the server's."""
+    named = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not named or not Path(named).is_dir() or not processes.is_dir() or not Path(named).samefile(processes):
+        raise ValueError(
+            f"metrics over processes need PROMETHEUS_MULTIPROC_DIR set to the directory {str(processes)!r}"
+            f" (it is {named!r}) before prometheus_client is imported"
+        )
+    if not getattr(values.ValueClass, "_multiprocess", False):
+        raise ValueError(
+            "prometheus_client was imported before PROMETHEUS_MULTIPROC_DIR was set: its counters stay in this process"
+        )
 
 
 class ModelMetrics:

@@ -12,6 +12,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -41,9 +42,10 @@ class _DrainingServer(uvicorn.Server):
     all served again, rather than this one restarting a host behind requests it has refused.
     """
 
-    def __init__(self, config: uvicorn.Config, app: ScorekitApp) -> None:
+    def __init__(self, config: uvicorn.Config, app: ScorekitApp, started: Callable[[], None] | None) -> None:
         super().__init__(config)
         self._scorekit = app
+        self._started = started
         self._drain_deadline: float | None = None
         self._announced = False
         self._forced = False
@@ -61,7 +63,9 @@ class _DrainingServer(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
-        if self.started and sockets:
+        if self.started and self._started is not None:
+            self._started()
+        elif self.started and sockets:
             # uvicorn says where it listens only for sockets it bound itself.
             host, port = sockets[0].getsockname()[:2]
             shown = f"[{host}]" if ":" in host else host
@@ -76,7 +80,9 @@ class _DrainingServer(uvicorn.Server):
         deadline = self._drain_deadline
         if deadline is None:
             return await super().on_tick(counter)
-        admitted = self._scorekit.load.routed  # the gate refuses new work before it counts as load
+        # This process's own requests: the gate refuses new work before it counts as load, and another front
+        # end's requests are its own drain's to wait for.
+        admitted = self._scorekit.load.routed_here
         if not self._announced:
             self._announced = True
             timeout = self._scorekit.settings.shutdown_timeout
@@ -110,13 +116,15 @@ def run_server(
     log_level: str,
     log_config: dict[str, Any] | None = LOGGING_CONFIG,
     sock: socket.socket | None = None,
+    started: Callable[[], None] | None = None,
 ) -> int:
     """Serve ``app`` until a signal ends the drain; 0 when the server started, else 1, and
     :data:`HOST_DIED_EXIT` after a model host process died (with its one line on stderr).
 
     ``log_config`` is uvicorn's (a ``logging.config.dictConfig``; None leaves logging as it is). ``sock``, from
     :func:`~scorekit.connections.bind_listener`, is the socket already bound to ``host``:``port``; without it
-    uvicorn binds one itself."""
+    uvicorn binds one itself. ``started`` is called once the server serves, instead of the line saying where (a
+    front end of several tells its supervisor, which says it once)."""
     settings = app.settings
     fd_limit = raise_open_file_limit()
     max_connections, backlog = connection_limits(fd_limit, settings.limit_concurrency)
@@ -144,7 +152,7 @@ def run_server(
         http=guarded(H11Protocol, header_timeout=settings.header_timeout, max_connections=max_connections),
         timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout),
     )
-    server = _DrainingServer(config, app)
+    server = _DrainingServer(config, app, started)
     server.run(sockets=[sock] if sock is not None else None)
     if server.host_died is not None:
         print(f"scorekit: error: {server.host_died}", file=sys.stderr, flush=True)

@@ -97,6 +97,21 @@ def whole_or_auto(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{exc} (or auto)") from None
 
 
+def count_or_auto(high: int) -> Callable[[str], int]:
+    """A whole number from 1 to ``high``, or ``auto`` (0 here: the parser picks)."""
+    count = whole(1, high)
+
+    def cast(text: str) -> int:
+        if text == "auto":
+            return 0
+        try:
+            return count(text)
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"{exc} (or auto)") from None
+
+    return cast
+
+
 def whole(low: int, high: int | None = None) -> Callable[[str], int]:
     """An integer from ``low`` to ``high`` (no upper bound when None)."""
     bounds = f"at least {low}" if high is None else f"from {low} to {high}"

@@ -22,6 +22,7 @@ examples:
   scorekit serve BAAI/bge-reranker-base --device cuda --dtype float16
   SCOREKIT_MAX_BATCH_TOKENS=8192 scorekit serve ./my-lm --model-kind causal-lm --served-model-name judge
   scorekit serve --model ./my-reranker --model minilm=./all-MiniLM-L6-v2   two models; `model` picks one
+  scorekit serve ./my-reranker --device cuda --api-processes auto   front ends in processes of their own
   scorekit serve --ray --replicas 2                two replicas on a local Ray Serve instance (the ray extra)
   scorekit serve --ray --ray-address auto --device cuda --num-gpus 1 --min-replicas 1 --max-replicas 8
 """
@@ -80,12 +81,30 @@ def _fill(args: argparse.Namespace) -> None:
     for flag in (*FLAGS, *RAY_FLAGS):
         if getattr(args, flag.dest) is None:
             setattr(args, flag.dest, flag.from_env())
+    _front_ends(args, host_given="model-host" in given_flags)
     args.settings = _settings(args, _model_specs(args))
     if args.ray and args.model_host == "process":
         raise FlagError("--model-host process does not run under --ray yet: a Ray replica runs its model in process")
     args.ray_options = _ray_options(args, given_flags) if args.ray else None
     if not args.ray and (ray_only := [f.name for f in RAY_FLAGS if f.name in given_flags]):
         raise FlagError(f"--{ray_only[0]} applies to Ray Serve only: add --ray")
+
+
+def _front_ends(args: argparse.Namespace, *, host_given: bool) -> None:
+    """``--api-processes``: auto resolved (1 on a CPU, whose cores the forward wants; a quarter of the cores, 2 to
+    8, beside a GPU); more than one hosts every model in a process of its own, which every front end feeds."""
+    if args.ray and args.api_processes != 1:
+        raise FlagError("--api-processes applies without --ray: Ray Serve runs replicas of its own (--replicas)")
+    if args.api_processes == 0:
+        on_cpu = not args.device.startswith("cuda")
+        args.api_processes = 1 if on_cpu else min(8, max(2, (os.cpu_count() or 1) // 4))
+    if args.api_processes > 1:
+        if host_given and args.model_host == "thread":
+            raise FlagError(
+                f"--api-processes {args.api_processes} feeds every model from a model host process: leave out"
+                " --model-host thread"
+            )
+        args.model_host = "process"
 
 
 def _ray_options(args: argparse.Namespace, given: set[str]) -> RayOptions:

@@ -30,7 +30,9 @@ def serve(args: argparse.Namespace) -> int:
         for spec in settings.models:
             if spec.path is not None:
                 local_model(spec.path)  # a missing folder: said at once, before torch loads
-        sock = bind_listener(args.host, args.port)  # a busy port too, not after the model loaded
+        sock = bind_listener(args.host, args.port, reuse_port=args.api_processes > 1)  # a busy port too, now
+        # Several front ends: a socket each, bound now beside the first (the kernel spreads connections over them).
+        socks = [sock, *(bind_listener(args.host, args.port, reuse_port=True) for _ in range(args.api_processes - 1))]
     except ValueError as exc:
         _fail(exc, args.debug)
     config = process_config(args.log_level)
@@ -51,6 +53,10 @@ def serve(args: argparse.Namespace) -> int:
         usage_error("scorekit serve", f"{exc} (model {exc.model!r} is a {exc.kind})")
     except Exception as exc:
         _fail(exc, args.debug)
+    if args.api_processes > 1:  # the models were loaded without weights to check them: the hosts load them
+        from scorekit.cli.supervisor import supervise
+
+        return supervise(args, socks)
     app = create_app(settings, backends=loaded.backends)
     try:
         app.start_hosts()  # a model host process that cannot load is this command's one line, before the port serves

@@ -9,6 +9,7 @@ from scorekit.choices import DTYPES, RUNTIMES
 from scorekit.cli.flags import (
     Flag,
     amount,
+    count_or_auto,
     device,
     key_file,
     names,
@@ -20,6 +21,7 @@ from scorekit.cli.flags import (
     whole_or_auto,
 )
 from scorekit.deploy.options import RayOptions
+from scorekit.load import ROWS as FRONT_ENDS
 from scorekit.settings import LONG_DOCUMENTS, MODEL_HOSTS, MODEL_KINDS, EngineConfig, ModelSpec, Settings
 
 _ENGINE = EngineConfig()
@@ -71,6 +73,16 @@ FLAGS = (
         " and the weights in a model host process of their own; the server tokenizes and sends it token ids, so"
         " the forward never waits on the server's request work; docs/configuration.md)",
         choices=MODEL_HOSTS,
+    ),
+    Flag(
+        "api-processes",
+        count_or_auto(FRONT_ENDS),
+        1,
+        "Front-end processes sharing the port, each running the whole request path (HTTP, JSON, tokenizing)"
+        " against one model host process per model (every model is hosted in a process then); auto: 1 when"
+        " every model runs on the CPU, whose cores the forward wants, else a quarter of the cores, from 2 to 8"
+        " (docs/configuration.md)",
+        metavar="N|auto",
     ),
     Flag(
         "cache-dir",

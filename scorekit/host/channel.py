@@ -80,10 +80,15 @@ class Channel:
     def close(self, timeout: float | None = None) -> None:
         """Write what was sent (for at most ``timeout``), then close the socket: a reader blocked on it returns."""
         self.close_write(timeout)
-        with contextlib.suppress(OSError):  # already gone
-            self._sock.shutdown(socket.SHUT_RDWR)
+        self.shutdown()
         self._file.close()
         self._sock.close()
+
+    def shutdown(self) -> None:
+        """End the stream both ways now, without waiting for the writer (so from any thread, its own too): a reader
+        blocked on it returns, and the other end reads its end. :meth:`close` still releases the socket."""
+        with contextlib.suppress(OSError):  # already gone
+            self._sock.shutdown(socket.SHUT_RDWR)
 
     def _write(self) -> None:
         encoder = msgspec.msgpack.Encoder()

@@ -1,16 +1,22 @@
 """The front end's side of a model host process: :class:`HostClient`, a :class:`~scorekit.model_host.ModelHost`
-whose batches run in a process of its own (``--model-host process``).
+whose batches run in a process of its own (``--model-host process``, and always with ``--api-processes``).
 
 The engine submits its jobs here as it would to a :class:`~scorekit.model_host.LocalHost`; the client gives each
 a number, sends its token ids down and answers it from what the host sends back, on a reader thread. Nothing it
 does blocks the event loop but a ``snapshot`` (a bounded round trip, for tests and benchmarks; the metrics'
-gauges read :meth:`HostClient.queue`, this client's own books): sends go through the channel's writer thread.
+gauges read :meth:`HostClient.queue`, the books kept here): sends go through the channel's writer thread.
 
-``max_queued_items`` is enforced here on the items of the jobs this client has outstanding (submitted and
-neither answered nor aborted), which holds the host's queue within it; unlike a batcher in process it also
-counts the items of a batch running until the job is answered. When the host process exits or the socket
-breaks, every outstanding job fails with :class:`~scorekit.errors.WorkerDied` at once, ``health`` turns false
-with the reason, and later submits are refused.
+A client either owns its host (it starts the process, and the host ends when this client stops; given a
+``listener``, the host also lets front ends join there) or joins one that another started (``address``: it
+connects, and stopping closes only its own connection).
+
+``max_queued_items`` is enforced here on the items of the jobs outstanding (submitted and neither answered nor
+aborted), which holds the host's queue within it; unlike a batcher in process it also counts the items of a
+batch running until the job is answered. The books are two cells (``scorekit.load``): given the cells of a load
+board, the outstanding items and tokens are those of every front end, so the limit and the gauges are the
+server's. When the host process exits or the socket breaks, every outstanding job fails with
+:class:`~scorekit.errors.WorkerDied` at once, ``health`` turns false with the reason, and later submits are
+refused.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from scorekit.batching import QueueFull
 from scorekit.errors import ModelFailure, Overloaded, QueueTimeout, WorkerDied
 from scorekit.host import wire
 from scorekit.host.channel import Channel
+from scorekit.load import Cell, LocalCell
 from scorekit.model_host import Card, Health, HostObserver, HostSnapshot
 from scorekit.model_job import ModelJob
 from scorekit.models.budget import TokenBudget
@@ -50,7 +57,13 @@ class HostStartError(RuntimeError):
 
 class HostClient:
     """A model host process for ``spec``, started by :meth:`start`; ``sharing`` models share its device (the host
-    sizes its batches' budget for its share). Batches and drops the host reports go to ``observer``."""
+    sizes its batches' budget for its share). Batches and drops the host reports go to ``observer``.
+
+    ``listener``, a listening Unix socket, is handed to the host, which lets front ends join there once ready;
+    the host's copy is then the only one (this one is closed at the start), so once the host has ended a front
+    end that joins is refused at once rather than left waiting. ``address``: join the host listening there
+    instead of starting one. ``cells``: where the outstanding items and tokens are counted (a load board's, to
+    count every front end's); by default this client's alone."""
 
     def __init__(
         self,
@@ -60,12 +73,19 @@ class HostClient:
         sharing: int = 1,
         start_timeout: float = 600.0,
         stats_timeout: float = 1.0,
+        listener: socket.socket | None = None,
+        address: str | None = None,
+        cells: tuple[Cell, Cell] | None = None,
     ) -> None:
+        if listener is not None and address is not None:
+            raise ValueError("a client that joins a host at an address cannot hand that host a listener")
         self._spec = spec
         self._observer = observer
         self._sharing = sharing
         self._start_timeout = start_timeout
         self._stats_timeout = stats_timeout
+        self._listener = listener
+        self._address = address
         self._process: subprocess.Popen[bytes] | None = None
         self._channel: Channel | None = None
         self._reader: threading.Thread | None = None
@@ -74,8 +94,8 @@ class HostClient:
         self._numbers = itertools.count()
         self._jobs: dict[int, ModelJob] = {}
         self._number_of: dict[ModelJob, int] = {}
-        self._outstanding = 0  # items of the jobs in _jobs
-        self._outstanding_tokens = 0
+        # The items and tokens of the jobs in _jobs (with a board's cells, every front end's jobs too).
+        self._items, self._tokens = cells if cells is not None else (LocalCell(), LocalCell())
         self._running = False
         self._stopping = False
         self._death: WorkerDied | None = None
@@ -84,13 +104,13 @@ class HostClient:
 
     @property
     def pid(self) -> int | None:
-        """The host process's id once started."""
+        """The host process's id once started (None for a client that joined)."""
         return None if self._process is None else self._process.pid
 
     @property
     def exit_status(self) -> int | None:
         """The host process's exit status once it has ended and been waited for (negative: the signal that ended
-        it); None while it runs."""
+        it); None while it runs, and for a client that joined."""
         return None if self._process is None else self._process.poll()
 
     @property
@@ -111,31 +131,67 @@ class HostClient:
         return self._ready
 
     def start(self) -> None:
-        """Start the host process and wait until it has loaded the model (at most ``start_timeout``); raises
-        :class:`HostStartError` with its one line, and its exit status, when it does not."""
+        """Start the host process, or join the one at ``address``, and wait until it is ready (at most
+        ``start_timeout``); raises :class:`HostStartError` with its one line, and its exit status, when it is not."""
+        if self._address is not None:
+            self._join(self._address)
+            return
         ours, theirs = socket.socketpair()
-        process = self._process = subprocess.Popen(
-            [sys.executable, "-m", "scorekit.host", "--fd", str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),),
-            env=_same_scorekit(),
-        )
+        command = [sys.executable, "-m", "scorekit.host", "--fd", str(theirs.fileno())]
+        passed = [theirs.fileno()]
+        if self._listener is not None:
+            command += ["--listen-fd", str(self._listener.fileno())]
+            passed.append(self._listener.fileno())
+        process = self._process = subprocess.Popen(command, pass_fds=passed, env=_same_scorekit())
         theirs.close()  # the host's end lives in the host alone, so its exit ends the stream here
+        if self._listener is not None:
+            self._listener.close()  # likewise: once the host has ended, nothing accepts and a join is refused
         channel = self._channel = Channel(ours, on_broken=self._lost, name="scorekit-host-client")
-        channel.send(wire.Hello(self._spec, self._sharing))
-        answer: list[wire.Message | None] = []
-        handshake = threading.Thread(target=lambda: answer.append(channel.receive()), daemon=True)
-        handshake.start()
-        handshake.join(self._start_timeout)
-        reply = answer[0] if answer else None
+        reply, late = self._handshake(channel, wire.Hello(self._spec, self._sharing))
         if not isinstance(reply, wire.Ready):
-            late = handshake.is_alive()
             self._abandon(kill=late)  # a host still loading would notice only once it has loaded
             if isinstance(reply, wire.Died):
                 raise HostStartError(f"{reply.message} (the model host exited with status {process.returncode})")
             if late:
                 raise HostStartError(f"the model host was not ready within {self._start_timeout:g} s")
             raise HostStartError(f"the model host exited with status {process.returncode} before it was ready")
-        self._ready = reply
+        self._run(channel, reply)
+
+    def _join(self, address: str) -> None:
+        """Connect to the host listening at ``address``, say ``Join`` and wait for its ``Ready``."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self._start_timeout)
+        try:
+            sock.connect(address)
+        except OSError as exc:
+            sock.close()
+            raise HostStartError(f"no model host listens at {address} ({exc.strerror or exc})") from None
+        sock.settimeout(None)
+        channel = self._channel = Channel(sock, on_broken=self._lost, name="scorekit-host-client")
+        reply, late = self._handshake(channel, wire.Join())
+        if not isinstance(reply, wire.Ready):
+            self._stopping = True  # its end is no death to report: start() raises
+            channel.close(timeout=1.0)
+            if isinstance(reply, wire.Died):
+                raise HostStartError(f"{reply.message} (the model host at {address})")
+            if late:
+                raise HostStartError(f"the model host at {address} did not answer within {self._start_timeout:g} s")
+            raise HostStartError(f"the model host at {address} closed the connection before it was ready")
+        self._run(channel, reply)
+
+    def _handshake(self, channel: Channel, first: wire.Message) -> tuple[wire.Message | None, bool]:
+        """Send ``first`` and wait at most ``start_timeout`` for the answer: it (None at the stream's end), and
+        whether the wait ran out."""
+        channel.send(first)
+        answer: list[wire.Message | None] = []
+        handshake = threading.Thread(target=lambda: answer.append(channel.receive()), daemon=True)
+        handshake.start()
+        handshake.join(self._start_timeout)
+        return (answer[0] if answer else None), handshake.is_alive()
+
+    def _run(self, channel: Channel, ready: wire.Ready) -> None:
+        """The host is ready: start reading its answers."""
+        self._ready = ready
         self._running = True
         self._reader = threading.Thread(
             target=self._read, args=(channel,), name="scorekit-host-client-reader", daemon=True
@@ -157,7 +213,10 @@ class HostClient:
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop sending work; the host finishes what is queued and exits. Waits at most ``timeout`` for it, then
-        kills it; any job still outstanding then fails."""
+        kills it; any job still outstanding then fails. A client that joined closes only its connection."""
+        if self._address is not None:
+            self._leave(timeout)
+            return
         if self._channel is None or self._process is None:
             return
         self._stopping = True
@@ -174,28 +233,45 @@ class HostClient:
         self._running = False
         self._fail_outstanding(WorkerDied("The model host stopped."))
 
+    def _leave(self, timeout: float | None) -> None:
+        """Close this connection: the host cancels its jobs (nobody will read their answers) and closes its side,
+        which ends the reader (waited for at most ``timeout``); any job still outstanding then fails."""
+        if self._channel is None:
+            return
+        self._stopping = True
+        self._channel.close_write(timeout)
+        if self._reader is not None:
+            self._reader.join(timeout)
+        self._channel.close(timeout=1.0)
+        self._running = False
+        self._fail_outstanding(WorkerDied("This front end left the model host."))
+
     @property
     def health(self) -> Health:
         return Health(self._running and self._death is None, self._death)
 
     def submit(self, job: ModelJob) -> None:
-        """Send the job down, or raise :class:`QueueFull` now: past ``max_queued_items``, or with no host to run it."""
+        """Send the job down, or raise :class:`QueueFull` now: past ``max_queued_items`` (the cells' total: with a
+        board's, over every front end), or with no host to run it.
+
+        The total is read without a lock between processes, so front ends that admit at the same instant can pass
+        the limit together by a job each; the host's own batcher then refuses what does not fit (``overloaded``)."""
         number = next(self._numbers)
         message = wire.submit(number, job.inputs)
         limit = self._spec.engine.max_queued_items
         with self._lock:
             if not self._running or self._death is not None:
                 raise QueueFull("the model host is not running")
-            if self._outstanding + len(job.inputs) > limit:
-                raise QueueFull(f"{self._outstanding} items are queued; the limit is {limit}")
+            queued = self._items.value
+            if queued + len(job.inputs) > limit:
+                raise QueueFull(f"{queued} items are queued; the limit is {limit}")
             if not job.inputs:  # nothing to run: done now, as a batcher does it
                 job._finish()
                 return
             job.queued_at = time.monotonic()
             self._jobs[number] = job
             self._number_of[job] = number
-            self._outstanding += len(job.inputs)
-            self._outstanding_tokens += sum(item.cost for item in job.inputs)
+            self._book([job], 1)
         assert self._channel is not None
         self._channel.send(message)
 
@@ -231,24 +307,29 @@ class HostClient:
         with self._lock:
             self._stats.pop(request, None)
             if not answer:
-                return HostSnapshot(self._outstanding, self._outstanding_tokens, 0, self._last_worker.copy())
+                return HostSnapshot(self._items.here, self._tokens.here, 0, self._last_worker.copy())
         stats = answer[0]
         worker = self._last_worker = wire.worker_stats(stats)
         return HostSnapshot(stats.queued_items, stats.queued_tokens, stats.running_batches, worker.copy())
 
     def queue(self) -> tuple[int, int]:
-        """The items and tokens of the jobs outstanding on this client's books (a batch running included): no
-        round trip, so the metrics' gauges never wait on the host."""
-        with self._lock:
-            return self._outstanding, self._outstanding_tokens
+        """The items and tokens of the jobs outstanding on the books (a batch running included; with a board's
+        cells, every front end's): no round trip, so the metrics' gauges never wait on the host."""
+        with self._lock:  # the two of one moment, as far as this process goes
+            return self._items.value, self._tokens.value
+
+    def _book(self, jobs: list[ModelJob], sign: int) -> None:
+        """Count the jobs' items and tokens in (``sign`` 1) or out (-1) of the books, under the lock: the one
+        writer of this process's share."""
+        self._items.add(sign * sum(len(job.inputs) for job in jobs))
+        self._tokens.add(sign * sum(item.cost for job in jobs for item in job.inputs))
 
     def _forget(self, job: ModelJob) -> int | None:
         """Take the job off the books (under the lock); its number, or None when it was not on them."""
         number = self._number_of.pop(job, None)
         if number is not None:
             del self._jobs[number]
-            self._outstanding -= len(job.inputs)
-            self._outstanding_tokens -= sum(item.cost for item in job.inputs)
+            self._book([job], -1)
         return number
 
     def _take(self, number: int) -> ModelJob | None:
@@ -330,7 +411,7 @@ class HostClient:
             jobs = list(self._jobs.values())
             self._jobs.clear()
             self._number_of.clear()
-            self._outstanding = self._outstanding_tokens = 0
+            self._book(jobs, -1)
             waiters = list(self._stats.values())
         for job in jobs:
             job.fail(error)

@@ -6,9 +6,10 @@ their ``array('i')`` and a job's outputs as one buffer (the packed tensor's byte
 nothing on the hot path is pickled and no Python int is made per token. Both ends run on one machine from one
 interpreter, so the machine's byte order and int size are the wire's.
 
-The front end sends ``Hello`` once, then ``Submit``, ``Abort``, ``Expire`` and ``StatsRequest``; the host answers
-``Ready`` (or ``Died`` when its model fails to load), then ``Started``, ``Done``, ``Failed``, ``Dropped``,
-``Batch``, ``Stats`` and, when its worker dies, ``Died``. A job is named by a number the front end gives it.
+The host's owner sends ``Hello`` once; a front end that joins a started host (``--listen-fd``) sends ``Join``
+instead. Then each sends ``Submit``, ``Abort``, ``Expire`` and ``StatsRequest``; the host answers ``Ready`` (or
+``Died`` when its model fails to load), then ``Started``, ``Done``, ``Failed``, ``Dropped``, ``Batch``, ``Stats``
+and, when its worker dies, ``Died``. A job is named by a number its connection gives it.
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ class Hello(msgspec.Struct, tag=True, array_like=True):
 
     spec: ModelSpec
     sharing: int
+
+
+class Join(msgspec.Struct, tag=True, array_like=True):
+    """A front end's first message on a connection to a host its owner started: answered with the owner's
+    ``Ready``."""
 
 
 class Ready(msgspec.Struct, tag=True, array_like=True):
@@ -146,7 +152,20 @@ class Died(msgspec.Struct, tag=True, array_like=True):
 
 
 Message = (
-    Hello | Ready | Submit | Abort | Expire | StatsRequest | Started | Done | Failed | Dropped | Batch | Stats | Died
+    Hello
+    | Join
+    | Ready
+    | Submit
+    | Abort
+    | Expire
+    | StatsRequest
+    | Started
+    | Done
+    | Failed
+    | Dropped
+    | Batch
+    | Stats
+    | Died
 )
 
 

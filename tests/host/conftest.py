@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +21,14 @@ from tests.tiny_models import build_cross_encoder
 # Seconds any one wait on the host may take before the test fails: a process start loads torch and a model.
 START = 120.0
 WAIT = 30.0
+# Texts of several lengths, for jobs whose outputs differ.
+DOCUMENTS = [
+    "Paris is the capital of France.",
+    "The mitochondria is the powerhouse of the cell.",
+    "A short one.",
+    "Berlin has been the capital of Germany since reunification, and before that of Prussia.",
+    "Rain.",
+]
 
 
 @dataclass
@@ -55,9 +64,14 @@ def cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @contextmanager
-def hosted(spec: ModelSpec, observer: Recorder | None = None) -> Iterator[HostClient]:
-    """A started host for ``spec``; stopped after, and its process never left behind."""
-    client = HostClient(spec, observer=observer or Recorder(), start_timeout=START, stats_timeout=WAIT)
+def hosted(
+    spec: ModelSpec, observer: Recorder | None = None, *, listener: socket.socket | None = None
+) -> Iterator[HostClient]:
+    """A started host for ``spec`` (front ends may join it at ``listener``); stopped after, and its process never
+    left behind."""
+    client = HostClient(
+        spec, observer=observer or Recorder(), start_timeout=START, stats_timeout=WAIT, listener=listener
+    )
     client.start()
     try:
         yield client

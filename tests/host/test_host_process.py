@@ -25,16 +25,9 @@ from scorekit.models import load_spec
 from scorekit.models.base import Embedder, Encoded, PairScorer, no_checkpoint, token_array
 from scorekit.settings import EngineConfig, ModelSpec
 from scorekit.tasks import EmbedOptions, PairOptions
-from tests.host.conftest import START, WAIT, Recorder, Waited, hosted
+from tests.host.conftest import DOCUMENTS, START, WAIT, Recorder, Waited, hosted
 from tests.tiny_models import build_qwen3_reranker
 
-DOCUMENTS = [
-    "Paris is the capital of France.",
-    "The mitochondria is the powerhouse of the cell.",
-    "A short one.",
-    "Berlin has been the capital of Germany since reunification, and before that of Prussia.",
-    "Rain.",
-]
 # One item per batch and no small-job lane: a job queued behind another waits for every item of it.
 ONE_AT_A_TIME = EngineConfig(max_batch_tokens=4096, max_batch_size=1, small_job_lane=0)
 # The shared host's queue limit: the abort test's two jobs fill it exactly.

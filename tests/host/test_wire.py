@@ -110,6 +110,7 @@ SECONDS = st.floats(0, 1e6, allow_nan=False)
 TEXT = st.text(max_size=200)
 SIMPLE_MESSAGES = st.one_of(
     st.builds(wire.Hello, st.just(ModelSpec(path="/m", engine=EngineConfig(max_queue_wait=2.5))), SMALL),
+    st.just(wire.Join()),
     st.builds(wire.Ready, TEXT, st.sampled_from(["cross-encoder", "bi-encoder"]), SMALL, SMALL, TEXT),
     st.builds(wire.Abort, SMALL),
     st.builds(wire.Expire, SMALL),
