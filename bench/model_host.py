@@ -1,10 +1,11 @@
-"""``python -m bench.model_host [--smoke] [--out DIR] [--device cuda]``: a model host process against in process.
+"""``python -m bench.model_host [--smoke] [--out DIR] [--device cuda] [--model peers]``: where the model runs.
 
 Issue 30's CPU regime: a near-free model (a random 1-layer, width-32 BERT cross-encoder with MiniLM's tokenizer,
-whose forward is a chain of tiny operators as on a GPU), served by two real ``scorekit serve`` processes started
-side by side, one in process, one with ``--model-host process`` and one with ``--api-processes 2`` (two front
-ends feeding one model host process), under the same closed-loop /rerank load (1 query x 16 documents,
-concurrency 32), the three alternating window by window. Each window reports:
+whose forward is a chain of tiny operators as on a GPU; ``--model peers``: a MiniLM-L-6-shaped one instead),
+served by three real ``scorekit serve`` processes started side by side, one in process, one with ``--model-host
+process`` and one with ``--api-processes 2`` (two front ends feeding one model host process), under the same
+closed-loop /rerank load (1 query x 16 documents, concurrency 32), the three alternating window by window.
+Each window reports:
 
 - items/s: pairs scored per wall second (the server's own ``scorekit_batch_size`` sum over the window);
 - the coupling: the served forward's seconds per item (``scorekit_inference_duration_seconds`` sum over the
@@ -14,8 +15,8 @@ concurrency 32), the three alternating window by window. Each window reports:
   wall seconds, against the cores the load generator leaves (the CPUs less its own CPU rate: ``core_share``),
   and against what it and other jobs on the machine leave (``core_share_of_free``).
 
-Figures are medians over the rounds; the full run writes ``bench/results/model-host.json``, ``--smoke`` a
-temporary folder (or ``--out``).
+Figures are medians over the rounds; the full run writes ``bench/results/model-host.json`` (``--model peers``:
+``model-host-peers.json``), ``--smoke`` a temporary folder (or ``--out``).
 """
 
 from __future__ import annotations
@@ -64,10 +65,19 @@ FULL = Sizes()
 SMOKE = Sizes(docs=4, concurrency=8, rounds=1, warmup_s=0.3, window_s=0.8, raw_s=0.2)
 
 
-def build_model(folder: Path) -> Path:
+def build_model(folder: Path, model: str) -> Path:
+    """``near-free``: the 1-layer, width-32 cross-encoder of issue 30's regime; ``peers``: bench.peers's
+    cross-encoder of ms-marco-MiniLM-L-6's shape (6 layers, width 384), whose forward is most of an item's cost."""
+    if model == "peers":
+        from bench.peers import build_cross_encoder as build_peers
+
+        return build_peers(folder)
     from tests.tiny_models import build_cross_encoder
 
     return build_cross_encoder(folder, layers=1)
+
+
+MODELS = {"near-free": {"layers": 1, "hidden_size": 32}, "peers": {"layers": 6, "hidden_size": 384}}
 
 
 def raw_forward(folder: Path, device: str, texts: list[list[str]]) -> Ceiling:
@@ -116,8 +126,8 @@ def raw_s_per_item(ceiling: Ceiling, batch: int, seconds: float) -> dict[str, fl
     return {"raw_s_per_item": 1 / rate.items_per_s, "raw_other_cores": rate.other_cores}
 
 
-def run(sizes: Sizes, device: str, work: Path, log: Callable[[str], None]) -> dict[str, Any]:
-    folder = build_model(work / "tiny-cross-encoder")
+def run(sizes: Sizes, device: str, model: str, work: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    folder = build_model(work / "cross-encoder", model)
     requests = rerank_set(64, sizes.docs)
     spec = write_spec(work, "rerank", "/rerank", requests.bodies)
     common = ("--model", str(folder), "--device", device)
@@ -147,7 +157,7 @@ def run(sizes: Sizes, device: str, work: Path, log: Callable[[str], None]) -> di
             "rounds": sizes.rounds,
             "window_s": sizes.window_s,
         },
-        "model": {"layers": 1, "hidden_size": 32, "device": device},
+        "model": {"name": model, **MODELS[model], "device": device},
         "intra_op_threads": ceiling.threads,
         "nproc": os.cpu_count(),
         "rounds": rounds,
@@ -204,6 +214,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="results folder (default: bench/results; smoke: a temp dir)")
     parser.add_argument("--device", default="cpu", help="torch device of both servers and the forward alone")
     parser.add_argument("--rounds", type=int, help="alternating rounds (default: 2; smoke: 1)")
+    parser.add_argument(
+        "--model",
+        choices=tuple(MODELS),
+        default="near-free",
+        help="the served cross-encoder: near-free (issue 30's regime) or peers (a MiniLM-L-6-shaped one); peers"
+        " writes model-host-peers.json",
+    )
     parser.add_argument("--keep-work", action="store_true", help="keep the folder of server logs and the model")
     args = parser.parse_args(argv)
     # Before torch loads, as the harness does for every server (docs/benchmarks.md, "How it measures").
@@ -220,13 +237,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     loadavg = list(os.getloadavg())
     try:
-        result = run(sizes, args.device, work, log)
+        result = run(sizes, args.device, args.model, work, log)
     except BaseException:
         log(f"[model_host] failed; server logs are in {work}")
         raise
     result.update(loadavg_start=loadavg, loadavg_end=list(os.getloadavg()), wall_seconds=time.perf_counter() - started)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "model-host.json"
+    path = out / ("model-host.json" if args.model == "near-free" else f"model-host-{args.model}.json")
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(table(result))
     print(f"\nresults: {path}  wall {result['wall_seconds']:.0f}s")

@@ -46,6 +46,7 @@ _HOST_SERVE = "tests/cli/test_model_host_serve.py::"
 _BOARD = "tests/unit/test_load_board.py::"
 _METRICS_PROCESSES = "tests/unit/test_metrics_processes.py::"
 _FRONT_ENDS = "tests/cli/test_api_processes.py::"
+_ACTIVATION = "tests/models/test_saved_activation.py::"
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- the lifecycle: the six that once survived the whole suite --------------------------------------
@@ -1655,4 +1656,55 @@ MUTANTS: tuple[Mutant, ...] = (
         (_FRONT_ENDS + "test_both_front_ends_serve_the_scores_of_the_model",),
     ),
     # (end of P)
+    # -- reranker families scored as their recipes say (R) ---------------------------------------------------
+    Mutant(
+        "R01",
+        "scorekit/models/activations.py",
+        "the pre-v4 place of a saved activation is not read: such a model scores with sigmoid",
+        '        path = getattr(config, "sbert_ce_default_activation_function", None)\n',
+        "        path = None\n",
+        (_ACTIVATION + "test_the_saved_activation_scores_as_cross_encoder_predict",),
+    ),
+    Mutant(
+        "R02",
+        "scorekit/models/activations.py",
+        "a path outside torch is imported without trust_remote_code: a config runs code that sentence-transformers"
+        " would not",
+        '    if not (path.startswith("torch.") or trust_remote_code):',
+        '    if not (path.startswith("torch.") or True):',
+        (_ACTIVATION + "test_a_path_outside_torch_is_sigmoid_without_trust_as_sentence_transformers_says",),
+    ),
+    Mutant(
+        "R03",
+        "scorekit/models/windows.py",
+        "a long document's best window is the one with the highest logit: under a saved GELU another scores better",
+        "key=lambda i: (scored[first + i], logits[first + i])",
+        "key=lambda i: logits[first + i]",
+        (_ACTIVATION + "test_the_best_window_is_the_one_that_scores_best",),
+    ),
+    Mutant(
+        "R04",
+        "scorekit/models/activations.py",
+        "a saved activation other than sigmoid or identity is taken for sigmoid",
+        "    return Activation(path, _imported(path, name))",
+        "    return Activation(DEFAULT, sigmoid)",
+        (_ACTIVATION + "test_the_saved_activation_scores_as_cross_encoder_predict",),
+    ),
+    Mutant(
+        "R05",
+        "scorekit/models/bi_encoder.py",
+        "a bi-encoder scores a long document by its first window, not its best",
+        "                best = int(torch.argmax(cosines))  # the first of equal maxima\n",
+        "                best = 0\n",
+        ("tests/e2e/test_long_documents.py::test_a_bi_encoder_scores_a_long_document_by_its_best_window",),
+    ),
+    Mutant(
+        "R06",
+        "scorekit/models/bi_encoder.py",
+        "a bi-encoder's chunked usage counts the query alone, not the windows it embedded",
+        "                tokens += sum(item.cost for item in inputs[starts[row] : starts[row + 1]])\n",
+        "                pass\n",
+        ("tests/e2e/test_long_documents.py::test_a_bi_encoder_scores_a_long_document_by_its_best_window",),
+    ),
+    # (end of R)
 )

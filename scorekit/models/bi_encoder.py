@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -11,7 +12,7 @@ from torch.nn import functional
 from transformers import AutoModel
 
 from scorekit.errors import Place
-from scorekit.tasks import Embeddings, EmbedOptions, PairOptions, PairScores
+from scorekit.tasks import Chunking, Embeddings, EmbedOptions, PairOptions, PairScores, Window
 
 from .base import Checkpoint, Encoded, Encoding, ModelKind, Plan, TruncationSide, inference, located, no_checkpoint
 from .files import Source
@@ -20,7 +21,7 @@ from .padding import pad_batch
 from .pairs import Pairing, check_pair_options
 from .runtime import TORCH, ModelRuntime
 from .tokens import Meter
-from .truncation import cut_texts, encode_texts, limits
+from .truncation import cut_texts, encode_text_windows, encode_texts, limits
 
 Pooling = Literal["mean", "mean_sqrt_len_tokens", "cls", "max", "lasttoken"]
 # The pooling names sentence-transformers saves.
@@ -46,7 +47,7 @@ class BiEncoderBackend(LoadedModel):
     """An ``AutoModel`` plus the folder's pooling config; each text gets one pooled vector, normalised when
     the folder's modules say so (``normalizes``) or the request asks, and always for a cosine."""
 
-    chunks_documents = False  # scores a long document by its best window (tasks.Chunking)
+    chunks_documents = True  # scores a long document by its best window's cosine (tasks.Chunking)
     kind: ModelKind = "bi-encoder"
     batch_cost_follows_tokens = True
 
@@ -63,8 +64,11 @@ class BiEncoderBackend(LoadedModel):
 
     def plan_pairs(self, side1: list[str], side2: list[str], options: PairOptions) -> Plan[PairScores]:
         """Each distinct text is embedded once (a 1:N request's query once); a pair's score is the cosine of
-        its two normalised embeddings. ``use_activation`` means nothing here."""
+        its two normalised embeddings. ``use_activation`` means nothing here. With chunking, see
+        :meth:`_plan_windowed`."""
         check_pair_options(options, self.max_length, self.kind, chunks=self.chunks_documents)
+        if options.chunking is not None:
+            return self._plan_windowed(side1, side2, options, options.chunking)
         pairing = Pairing.of(side1, side2)
         cut_query, cut_document = options.query_tokens, options.document_tokens
         # A row is a text and the cut its side asks for: each distinct one is embedded once.
@@ -107,6 +111,51 @@ class BiEncoderBackend(LoadedModel):
             return Encoding(encoded, lambda outputs: finish(encoded, outputs))
 
         return Plan(count=len(rows), chars=sum(len(text) for text, _ in rows), encode=encode)
+
+    def _plan_windowed(
+        self, side1: list[str], side2: list[str], options: PairOptions, chunking: Chunking
+    ) -> Plan[PairScores]:
+        """A long document scored by windows, by the cross-encoder's rule: each distinct query is embedded once
+        (checked or cut as without chunking), each distinct document as windows of its tokens that each fit the
+        model, every window an input of its own; a pair's score is the best cosine of its query with its
+        document's windows (the first of equal ones), and which window won. Usage counts the query once per
+        side-1 entry and every window of a document once per side-2 entry, as vLLM counts every pair."""
+        pairing = Pairing.of(side1, side2)
+        queries, documents = list(dict.fromkeys(side1)), list(dict.fromkeys(side2))
+        query_row = {text: row for row, text in enumerate(queries)}
+        document_row = {text: row for row, text in enumerate(documents)}
+
+        def encode(checkpoint: Checkpoint) -> Encoding[PairScores]:
+            meter = Meter(checkpoint)
+            asked = cut_texts(self._tokens, queries, options.query_tokens, meter)
+            with located(lambda row, _: ((0, side1.index(queries[row])),)):
+                query_inputs = self._encode_texts(asked, options.truncate, options.side, meter)
+            read = cut_texts(self._tokens, documents, options.document_tokens, meter)
+            window_inputs, spans = encode_text_windows(self._tokens, read, self.max_length, chunking, meter)
+            meter.close()
+            inputs = query_inputs + window_inputs
+            return Encoding(inputs, lambda outputs: finish(inputs, spans, outputs))
+
+        def finish(
+            inputs: list[Encoded], spans: list[list[tuple[int, int]]], outputs: list[torch.Tensor]
+        ) -> PairScores:
+            embeddings = _finish(outputs, normalize=True)
+            # Where each distinct document's windows start among the inputs (the queries' come first).
+            starts = list(itertools.accumulate((len(ranges) for ranges in spans), initial=len(queries)))
+            scores, which = [], []
+            for query, document in pairing.distinct:
+                row = document_row[document]
+                cosines = embeddings[starts[row] : starts[row + 1]] @ embeddings[query_row[query]]
+                best = int(torch.argmax(cosines))  # the first of equal maxima
+                scores.append(float(cosines[best]))
+                which.append(Window(best, len(spans[row]), *spans[row][best]))
+            tokens = sum(inputs[query_row[text]].cost for text in side1)
+            for text in side2:
+                row = document_row[text]
+                tokens += sum(item.cost for item in inputs[starts[row] : starts[row + 1]])
+            return PairScores(pairing.spread(scores), tokens, pairing.spread(which))
+
+        return Plan(count=len(queries) + len(documents), chars=sum(map(len, queries + documents)), encode=encode)
 
     def plan_embed(self, texts: list[str], options: EmbedOptions) -> Plan[Embeddings]:
         """Each distinct text is run once; usage counts every input's tokens, repeats included (as vLLM)."""

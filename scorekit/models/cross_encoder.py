@@ -5,23 +5,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from transformers import AutoModelForSequenceClassification, PretrainedConfig
+from transformers import AutoModelForSequenceClassification
 
 from scorekit.tasks import PairOptions, PairScores
 
+from .activations import saved_activation
 from .base import Checkpoint, Encoded, ModelKind, Plan, TruncationSide, inference, no_checkpoint
 from .files import Source
 from .loaded import LoadedModel
 from .padding import pad_batch
-from .pairs import check_pair_options, sigmoid
+from .pairs import check_pair_options
 from .runtime import TORCH, ModelRuntime
 from .tokens import Meter
 from .truncation import cut_texts, encode_pair_windows, encode_pairs, limits
 from .windows import Spans, plan_windowed_pairs
-
-# Activation names a CrossEncoder may have saved in its config; sigmoid is its default for one label.
-_IDENTITY = {"torch.nn.Identity", "torch.nn.modules.linear.Identity"}
-_SIGMOID = {"torch.nn.Sigmoid", "torch.nn.modules.activation.Sigmoid"}
 
 
 class CrossEncoderBackend(LoadedModel):
@@ -42,7 +39,8 @@ class CrossEncoderBackend(LoadedModel):
             )
         self._forward = runtime.forward(model, "logits", self._tokenizer.model_input_names)
         self._model = model if runtime.runs_the_module else None
-        self._sigmoid = _uses_sigmoid(model.config, self.name)
+        # What sentence-transformers' CrossEncoder.predict applies to the logit, read where it saved it.
+        self.activation = saved_activation(model.config, self.name, trust_remote_code=source.trust_remote_code)
 
     def plan_pairs(self, side1: list[str], side2: list[str], options: PairOptions) -> Plan[PairScores]:
         """Each distinct pair runs once; its score is the activation of its logit (or the raw logit)."""
@@ -91,19 +89,3 @@ class CrossEncoderBackend(LoadedModel):
         inputs = pad_batch(batch, self._pad_id, self._device)
         logits = self._forward(inputs)[:, 0].float().cpu()
         return list(logits.unbind())
-
-    def activation(self, logit: float) -> float:
-        """What sentence-transformers' CrossEncoder.predict applies to the logit (sigmoid unless saved otherwise)."""
-        return sigmoid(logit) if self._sigmoid else logit
-
-
-def _uses_sigmoid(config: PretrainedConfig, name: str) -> bool:
-    """Read the activation a CrossEncoder saved (new and pre-v4 keys); without one, sigmoid."""
-    saved = getattr(config, "sentence_transformers", None)
-    path = saved.get("activation_fn") if isinstance(saved, dict) else None
-    path = path or getattr(config, "sbert_ce_default_activation_function", None)
-    if path is None or path in _SIGMOID:
-        return True
-    if path in _IDENTITY:
-        return False
-    raise ValueError(f"Model {name!r} asks for the activation {path!r}; scorekit supports Sigmoid and Identity.")

@@ -193,6 +193,25 @@ def encode_pair_windows(
     return encoded, spans
 
 
+def encode_text_windows(
+    tokens: TextTokenizer, texts: Sequence[str], max_length: int, chunking: Chunking, meter: Meter
+) -> tuple[list[Encoded], list[list[tuple[int, int]]]]:
+    """Text i as windows of its tokens, each a model input of its own with the single template's special tokens
+    (a bi-encoder embeds a document's windows as it embeds any text). Also, per text, its windows' character
+    ranges."""
+    template = tokens.template
+    room = max_length - template.single_specials
+    encoded: list[Encoded] = []
+    spans: list[list[tuple[int, int]]] = []
+    for text in tokens.content(texts, meter, offsets=True):
+        windows = token_windows(text.count, room, chunking)
+        for low, high in windows:
+            meter.spend(high - low)
+            encoded.append(template.join_single(text.ids[low:high], with_types=tokens.with_types))
+        spans.append([(text.starts[low], text.ends[high - 1]) if high > low else (0, 0) for low, high in windows])
+    return encoded, spans
+
+
 def _distinct(
     tokens: TextTokenizer, texts: Sequence[str], meter: Meter, *, cap: int | None, side: Side
 ) -> dict[str, Tokens]:

@@ -83,18 +83,20 @@ def best_windows(
     *,
     chunked: bool,
 ) -> PairScores:
-    """The request's scores from one raw logit per input: per pair its best window's (the first of equal
-    maxima; every activation used is increasing, so the best window is the same before and after it),
-    through ``activation`` unless None; usage counts every window of every pair, repeats included, as vLLM
-    counts every pair; with ``chunked``, which window won."""
-    best, which, costs = [], [], []
+    """The request's scores from one raw logit per input: per pair its best window's score, through
+    ``activation`` unless None. The best window has the highest score, and of equal scores the highest logit
+    (a sigmoid saturates, but the logit still ranks), then the first; so an activation that is not monotonic (a
+    saved Tanh is, a GELU is not) picks the window that scores best, as the model's own scores would. Usage
+    counts every window of every pair, repeats included, as vLLM counts every pair; with ``chunked``, which
+    window won."""
+    scored = list(logits) if activation is None else [activation(logit) for logit in logits]
+    scores, which, costs = [], [], []
     first = 0
     for places in spans:
-        window = max(range(len(places)), key=lambda i: logits[first + i])
-        best.append(logits[first + window])
+        window = max(range(len(places)), key=lambda i: (scored[first + i], logits[first + i]))
+        scores.append(scored[first + window])
         which.append(Window(window, len(places), *places[window]))
         costs.append(sum(item.cost for item in inputs[first : first + len(places)]))
         first += len(places)
-    scores = best if activation is None else [activation(logit) for logit in best]
     tokens = sum(costs[pairing.row[pair]] for pair in pairing.pairs)
     return PairScores(pairing.spread(scores), tokens, pairing.spread(which) if chunked else None)

@@ -3,16 +3,18 @@ every request later."""
 
 from __future__ import annotations
 
+from scorekit.app import load_models
+from scorekit.cli import parse
+from scorekit.models import PairScorer
 from tests.cli.conftest import one_line_error, scorekit
-from tests.live import free_port
 
 
-def test_chunking_by_default_with_a_bi_encoder_is_a_start_up_error() -> None:
-    """Said once the model has loaded (its kind is known then), after its load line, as the last line."""
-    result = scorekit("serve", "--long-documents", "chunk", "--port", str(free_port()))
-    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    last = result.stderr.strip().splitlines()[-1]
-    assert "is a bi-encoder, which cannot score a document by windows: serve it without --long-documents chunk" in last
+def test_chunking_by_default_with_a_bi_encoder_loads() -> None:
+    """A bi-encoder scores a long document by its windows too (issue 33, item 4): --long-documents chunk serves
+    the embedded model (the refusal is left to pair scorers that cannot chunk: tests/unit/test_load_models.py)."""
+    loaded = load_models(parse(["serve", "--long-documents", "chunk"]).settings)
+    (backend,) = loaded.backends.values()
+    assert isinstance(backend, PairScorer) and backend.kind == "bi-encoder" and backend.chunks_documents
 
 
 def test_a_bad_long_documents_choice_is_argparses_line() -> None:

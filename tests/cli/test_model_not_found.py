@@ -57,6 +57,7 @@ def hub() -> Iterator[Hub]:
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     yield found
+    listener.shutdown(socket.SHUT_RDWR)  # wakes the accept (closing alone would not: it waits out the join)
     listener.close()
     thread.join(10)
 

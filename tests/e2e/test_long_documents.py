@@ -1,5 +1,5 @@
-"""Long documents scored by their best window (chunking), on a cross-encoder and an LLM reranker, against
-windows computed independently here; a very long document among short ones; a client that leaves mid-way;
+"""Long documents scored by their best window (chunking), on a cross-encoder, an LLM reranker and a bi-encoder,
+against windows computed independently here; a very long document among short ones; a client that leaves mid-way;
 the Cohere v2 SDK with max_tokens_per_doc on an LLM reranker."""
 
 from __future__ import annotations
@@ -12,9 +12,12 @@ from pathlib import Path
 import cohere
 import pytest
 import torch
+from sentence_transformers import SentenceTransformer
+from torch.nn import functional
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from scorekit.app import ScorekitApp, create_app
+from scorekit.models import default_model_path
 from scorekit.settings import EngineConfig, Settings
 from tests.live import Live, http_head, serve, settled_items, wait_for
 from tests.llm_reference import Reference
@@ -204,11 +207,85 @@ def test_chunking_fields_that_cannot_be_honoured_are_a_400(
     assert answer["error"]["param"] == param
 
 
-def test_a_bi_encoder_refuses_chunking(minilm: Live) -> None:
-    status, body = minilm.json("POST", "/rerank", {"query": QUERY, "documents": ["a"], "max_chunks_per_doc": 3})
-    assert status == 400, body
-    assert body["error"]["param"] == "max_chunks_per_doc"
-    assert "truncate_prompt_tokens" in body["error"]["message"]
+def _bi_encoder_reference(documents: list[str], overlap: int) -> list[tuple[float, int, int, tuple[int, int], int]]:
+    """Each document's windows embedded by sentence-transformers itself ([CLS] window [SEP], as many tokens as
+    fit in the embedded MiniLM's 256), and per document: the best cosine with the query's embedding, its
+    window, the count, the window's characters and the tokens of every window."""
+    model = SentenceTransformer(default_model_path(), device="cpu")
+    tokenizer = model.tokenizer
+    query = model.encode(QUERY, normalize_embeddings=True, convert_to_tensor=True)
+    room = model.max_seq_length - 2
+    expected = []
+    for document in documents:
+        encoding = tokenizer(document, add_special_tokens=False, return_offsets_mapping=True)
+        ids, offsets = encoding["input_ids"], encoding["offset_mapping"]
+        windows, places, low = [], [], 0
+        while True:
+            high = min(low + room, len(ids))
+            windows.append([tokenizer.cls_token_id, *ids[low:high], tokenizer.sep_token_id])
+            places.append((offsets[low][0], offsets[high - 1][1]))
+            if high == len(ids):
+                break
+            low += room - min(overlap, room // 2)
+        cosines = []
+        with torch.inference_mode():
+            for window in windows:
+                features = {
+                    "input_ids": torch.tensor([window]),
+                    "attention_mask": torch.ones(1, len(window), dtype=torch.long),
+                }
+                if "token_type_ids" in tokenizer.model_input_names:
+                    features["token_type_ids"] = torch.zeros(1, len(window), dtype=torch.long)
+                embedding = functional.normalize(model(features)["sentence_embedding"][0], dim=-1)
+                cosines.append(float(embedding @ query))
+        best = max(range(len(cosines)), key=lambda i: cosines[i])
+        expected.append((cosines[best], best, len(windows), places[best], sum(map(len, windows))))
+    return expected
+
+
+def test_a_bi_encoder_scores_a_long_document_by_its_best_window(minilm: Live) -> None:
+    """Issue 33's item 4: the embedded MiniLM scores each window as it embeds any text, and a document's score is
+    its best window's cosine with the query (the cross-encoder's rule, and its ``chunk``), against
+    sentence-transformers' own embeddings of the same windows."""
+    documents = [long_document(500, seed) for seed in range(2)] + ["The capital of France is Paris."]
+    status, body = minilm.json(
+        "POST", "/rerank", {"query": QUERY, "documents": documents, "max_chunks_per_doc": 100, "return_chunks": True}
+    )
+    assert status == 200, body
+    expected = _bi_encoder_reference(documents, Settings().chunk_overlap)
+    results = {r["index"]: r for r in body["results"]}
+    for index, (score, best, count, (start, end), _) in enumerate(expected):
+        assert results[index]["relevance_score"] == pytest.approx(score, abs=TOLERANCE)
+        assert results[index]["chunk"] == {"index": best, "count": count, "start": start, "end": end}
+    assert expected[0][2] > 1, "the long documents fit in one window: nothing was chunked"
+    query_tokens = len(AutoTokenizer.from_pretrained(default_model_path())(QUERY)["input_ids"])
+    assert body["usage"]["prompt_tokens"] == query_tokens + sum(tokens for *_, tokens in expected)
+
+
+def test_a_bi_encoder_reads_only_the_first_windows_and_the_cohere_v1_client_chunks(minilm: Live) -> None:
+    """``max_chunks_per_doc``, which Cohere v1 clients send to whatever model is behind the URL: the first N
+    windows, the rest unread; a short document is one window, scored as without chunking."""
+    document = long_document(1200, 4)
+    _, two = minilm.json(
+        "POST", "/score", {"queries": QUERY, "documents": [document], "max_chunks_per_doc": 2, "return_chunks": True}
+    )
+    _, many = minilm.json(
+        "POST", "/score", {"queries": QUERY, "documents": [document], "return_chunks": True, "max_chunks_per_doc": 1000}
+    )
+    assert two["data"][0]["chunk"]["count"] == 2 < many["data"][0]["chunk"]["count"]
+    # More windows can only raise the best; the shared windows' cosines differ in their last bits between the two
+    # requests (other batches, other padding).
+    assert many["data"][0]["score"] >= two["data"][0]["score"] - TOLERANCE
+    client = cohere.Client(base_url=minilm.url, api_key="x", timeout=60)
+    short = ["The capital of France is Paris.", "Bananas are yellow."]
+    chunked = client.rerank(
+        model="sentence-transformers/all-MiniLM-L6-v2", query=QUERY, documents=short, max_chunks_per_doc=3
+    )
+    _, plain = minilm.json("POST", "/rerank", {"query": QUERY, "documents": short})
+    assert [r.index for r in chunked.results] == [r["index"] for r in plain["results"]]
+    assert [r.relevance_score for r in chunked.results] == pytest.approx(
+        [r["relevance_score"] for r in plain["results"]], abs=TOLERANCE
+    )
 
 
 def test_a_short_request_is_not_starved_by_a_long_documents_windows(

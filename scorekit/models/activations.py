@@ -1,0 +1,79 @@
+"""The activation a sentence-transformers CrossEncoder applies to its logit, read from where it saved it.
+
+sentence-transformers (v4 and later, v6 included) keeps the class's dotted path in ``config.json`` under
+``sentence_transformers.activation_fn``; before v4 it was ``sbert_ce_default_activation_function``. It imports
+any ``torch.`` path and instantiates it with no arguments; another path only with ``trust_remote_code``, else it
+warns and falls back to its default, sigmoid for one label. scorekit reads the same places in the same order
+and does the same, so a model saved with Tanh, Softplus or any other torch activation scores as
+``CrossEncoder(path).predict`` scores it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from transformers import PretrainedConfig
+
+from .pairs import sigmoid
+
+logger = logging.getLogger("scorekit.models")
+
+# Paths of the two activations scorekit computes in plain Python (exact, and no tensor per score).
+_IDENTITY = {"torch.nn.Identity", "torch.nn.modules.linear.Identity"}
+_SIGMOID = {"torch.nn.Sigmoid", "torch.nn.modules.activation.Sigmoid"}
+DEFAULT = "torch.nn.modules.activation.Sigmoid"
+
+
+@dataclass(frozen=True, slots=True)
+class Activation:
+    """The function from a logit to the score, and the path it was read as (or the default's)."""
+
+    path: str
+    apply: Callable[[float], float]
+
+    def __call__(self, logit: float) -> float:
+        return self.apply(logit)
+
+
+def saved_activation(config: PretrainedConfig, name: str, *, trust_remote_code: bool) -> Activation:
+    """The activation the model's config asks for (sentence-transformers' places and rules), else sigmoid."""
+    saved = getattr(config, "sentence_transformers", None)
+    path = saved.get("activation_fn") if isinstance(saved, dict) else None
+    if path is None:
+        path = getattr(config, "sbert_ce_default_activation_function", None)
+    if path is None or path in _SIGMOID:
+        return Activation(DEFAULT, sigmoid)
+    if not isinstance(path, str):
+        raise ValueError(f"Model {name!r} saved an activation that is not a dotted path: {path!r}.")
+    if path in _IDENTITY:
+        return Activation(path, float)
+    if not (path.startswith("torch.") or trust_remote_code):
+        logger.warning(
+            "model %r asks for the activation %r, which is not torch's: sigmoid instead, as sentence-transformers"
+            " does (--trust-remote-code runs it)",
+            name,
+            path,
+        )
+        return Activation(DEFAULT, sigmoid)
+    return Activation(path, _imported(path, name))
+
+
+def _imported(path: str, name: str) -> Callable[[float], float]:
+    """The class at ``path``, made with no arguments, applied to one float32 logit as to the model's output."""
+    module_name, _, class_name = path.rpartition(".")
+    try:
+        made = getattr(importlib.import_module(module_name), class_name)()
+    except Exception as exc:
+        raise ValueError(f"Model {name!r} asks for the activation {path!r}, which cannot be made: {exc}") from None
+    if not callable(made):
+        raise ValueError(f"Model {name!r} asks for the activation {path!r}, which is not a function.")
+
+    def apply(logit: float) -> float:
+        with torch.inference_mode():
+            return float(made(torch.tensor([logit], dtype=torch.float32))[0])
+
+    return apply
