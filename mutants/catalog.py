@@ -1706,5 +1706,21 @@ MUTANTS: tuple[Mutant, ...] = (
         "                pass\n",
         ("tests/e2e/test_long_documents.py::test_a_bi_encoder_scores_a_long_document_by_its_best_window",),
     ),
+    Mutant(
+        "R07",
+        "scorekit/models/rerank_template.py",
+        "an mxbai-rerank-v2 folder gets no preset from its name: a Qwen2 has none by its type, so it is refused",
+        '            return PRESETS[preset], f"preset {preset} (by its name)"\n',
+        "            pass\n",
+        ("tests/models/test_mxbai_reranker.py::test_the_folder_s_name_makes_it_an_llm_reranker_with_the_mxbai_preset",),
+    ),
+    Mutant(
+        "R08",
+        "scorekit/models/rerank_template.py",
+        "a request's instruction fills the slot bare: mxbai-rerank-v2's 'instruction: ...' line is lost",
+        'self.instruction_format.replace("{instruction}", text) if text else ""',
+        "text",
+        ("tests/models/test_mxbai_reranker.py::test_an_instruction_is_its_own_line_before_the_query",),
+    ),
     # (end of R)
 )

@@ -19,6 +19,8 @@ from transformers import (
     LlamaConfig,
     LlamaForCausalLM,
     PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
 )
@@ -142,23 +144,35 @@ def build_qwen3_reranker(
     return folder
 
 
+def _two_layers(vocab: int, positions: int) -> dict[str, int | float]:
+    """The shape every tiny two-layer LLM reranker here shares: width 32, two heads, one key/value head."""
+    return {
+        "vocab_size": vocab,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "max_position_embeddings": positions,
+        "pad_token_id": 0,
+        "initializer_range": INIT_RANGE,
+    }
+
+
+def build_mxbai_reranker(folder: Path) -> Path:
+    """A two-layer Qwen2 causal LM, as mxbai-rerank-v2 is (model_type qwen2: its preset comes from its name, so
+    give ``folder`` one with "mxbai-rerank" in it), with the BPE tokenizer, where "0" and "1" are tokens; 1024
+    positions, as its task prompt alone is some 200 of this small vocabulary's tokens."""
+    torch.manual_seed(2)
+    vocab = len(AutoTokenizer.from_pretrained(build_bpe_tokenizer(folder, max_length=1024)))
+    Qwen2ForCausalLM(Qwen2Config(**_two_layers(vocab, 1024))).save_pretrained(folder)
+    return folder
+
+
 def build_gemma_reranker(folder: Path) -> Path:
     """A two-layer Gemma causal LM (model_type gemma: the bge-reranker-v2-gemma preset), BPE tokenizer."""
     torch.manual_seed(1)
     vocab = len(AutoTokenizer.from_pretrained(build_bpe_tokenizer(folder)))
-    config = GemmaConfig(
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        max_position_embeddings=RERANKER_MAX_POSITIONS,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        initializer_range=INIT_RANGE,
-    )
+    config = GemmaConfig(**_two_layers(vocab, RERANKER_MAX_POSITIONS), head_dim=16, bos_token_id=1, eos_token_id=2)
     GemmaForCausalLM(config).save_pretrained(folder)
     return folder

@@ -111,9 +111,9 @@ FLAGS = (
         "reranker-template",
         nonempty,
         None,
-        "An LLM reranker's prompt: a preset (qwen3-reranker, bge-reranker-v2-gemma) or a JSON file (one model"
-        " only; docs/models.md)",
-        "reranker_template.json beside the weights, else the preset of the model's type",
+        "An LLM reranker's prompt: a preset (qwen3-reranker, bge-reranker-v2-gemma, mxbai-rerank-v2) or a JSON file"
+        " (one model only; docs/models.md)",
+        "reranker_template.json beside the weights, else the preset of the model's name or type",
         metavar="PRESET|FILE",
     ),
     Flag(

@@ -127,7 +127,9 @@ def test_a_model_type_without_a_preset_asks_for_a_template(tmp_path: Path) -> No
 
 
 def test_a_template_that_is_neither_preset_nor_file_is_refused(qwen3_dir: Path) -> None:
-    with pytest.raises(ValueError, match=r"'qwen9' is neither a preset \(qwen3-reranker, bge-reranker-v2-gemma\)"):
+    with pytest.raises(
+        ValueError, match=r"'qwen9' is neither a preset \(qwen3-reranker, bge-reranker-v2-gemma, mxbai-rerank-v2\)"
+    ):
         load_backend(str(qwen3_dir), kind="llm-reranker", reranker_template="qwen9")
 
 
