@@ -1722,5 +1722,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "text",
         ("tests/models/test_mxbai_reranker.py::test_an_instruction_is_its_own_line_before_the_query",),
     ),
+    Mutant(
+        "R09",
+        "scorekit/models/activations.py",
+        "config_sentence_transformers.json's activation (sentence-transformers 6 saves it there) is not read",
+        '    path = sentence_transformers.get("activation_fn") if isinstance(sentence_transformers, dict) else None\n',
+        "    path = None\n",
+        (_ACTIVATION + "test_a_cross_encoder_saved_by_sentence_transformers_6_keeps_its_activation",),
+    ),
     # (end of R)
 )

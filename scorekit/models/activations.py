@@ -1,7 +1,8 @@
 """The activation a sentence-transformers CrossEncoder applies to its logit, read from where it saved it.
 
-sentence-transformers (v4 and later, v6 included) keeps the class's dotted path in ``config.json`` under
-``sentence_transformers.activation_fn``; before v4 it was ``sbert_ce_default_activation_function``. It imports
+sentence-transformers v6 keeps the class's dotted path in ``config_sentence_transformers.json`` as
+``activation_fn``, and reads it there first; v4 and v5 kept it in ``config.json`` under
+``sentence_transformers.activation_fn``, and before v4 it was ``sbert_ce_default_activation_function``. It imports
 any ``torch.`` path and instantiates it with no arguments; another path only with ``trust_remote_code``, else it
 warns and falls back to its default, sigmoid for one label. scorekit reads the same places in the same order
 and does the same, so a model saved with Tanh, Softplus or any other torch activation scores as
@@ -14,6 +15,7 @@ import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import PretrainedConfig
@@ -39,10 +41,15 @@ class Activation:
         return self.apply(logit)
 
 
-def saved_activation(config: PretrainedConfig, name: str, *, trust_remote_code: bool) -> Activation:
-    """The activation the model's config asks for (sentence-transformers' places and rules), else sigmoid."""
-    saved = getattr(config, "sentence_transformers", None)
-    path = saved.get("activation_fn") if isinstance(saved, dict) else None
+def saved_activation(
+    config: PretrainedConfig, sentence_transformers: Any, name: str, *, trust_remote_code: bool
+) -> Activation:
+    """The activation the model's files ask for (sentence-transformers' places, order and rules), else sigmoid:
+    ``sentence_transformers`` is the parsed ``config_sentence_transformers.json`` (None without one)."""
+    path = sentence_transformers.get("activation_fn") if isinstance(sentence_transformers, dict) else None
+    if path is None:
+        saved = getattr(config, "sentence_transformers", None)
+        path = saved.get("activation_fn") if isinstance(saved, dict) else None
     if path is None:
         path = getattr(config, "sbert_ce_default_activation_function", None)
     if path is None or path in _SIGMOID:

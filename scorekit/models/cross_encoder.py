@@ -40,7 +40,12 @@ class CrossEncoderBackend(LoadedModel):
         self._forward = runtime.forward(model, "logits", self._tokenizer.model_input_names)
         self._model = model if runtime.runs_the_module else None
         # What sentence-transformers' CrossEncoder.predict applies to the logit, read where it saved it.
-        self.activation = saved_activation(model.config, self.name, trust_remote_code=source.trust_remote_code)
+        self.activation = saved_activation(
+            model.config,
+            source.read_json("config_sentence_transformers.json"),
+            self.name,
+            trust_remote_code=source.trust_remote_code,
+        )
 
     def plan_pairs(self, side1: list[str], side2: list[str], options: PairOptions) -> Plan[PairScores]:
         """Each distinct pair runs once; its score is the activation of its logit (or the raw logit)."""

@@ -1,5 +1,6 @@
 """A cross-encoder's saved activation, read where sentence-transformers saves it and applied as it applies it
-(issue 33, item 2): ``sentence_transformers.activation_fn`` in config.json (v4 and later), else the pre-v4
+(issue 33, item 2): ``activation_fn`` in config_sentence_transformers.json (v6), else
+``sentence_transformers.activation_fn`` in config.json (v4, v5), else the pre-v4
 ``sbert_ce_default_activation_function``; any ``torch.`` path; another path only with trust_remote_code, else
 sigmoid (with a warning), as ``CrossEncoder(path).predict`` does. Scores equal predict's to 1e-5, through the
 backend and through a served /score; a long document's best window is the one that scores best."""
@@ -87,6 +88,22 @@ def test_the_saved_activation_scores_as_cross_encoder_predict(base_dir: Path, tm
     ours, theirs = _ours(folder), _predict(folder)
     _close(ours, theirs)
     assert max(theirs) - min(theirs) > 1e-3  # the activation kept the pairs apart
+
+
+def test_a_cross_encoder_saved_by_sentence_transformers_6_keeps_its_activation(base_dir: Path, tmp_path: Path) -> None:
+    """sentence-transformers 6 saves the activation in config_sentence_transformers.json and reads it there
+    first, before config.json's places."""
+    saved = tmp_path / "saved-by-st"
+    CrossEncoder(str(base_dir), device="cpu", activation_fn=torch.nn.Tanh()).save(str(saved))
+    written = json.loads((saved / "config_sentence_transformers.json").read_text())
+    assert written["activation_fn"] == "torch.nn.modules.activation.Tanh"
+    _close(_ours(saved), _predict(saved))
+    config = json.loads((saved / "config.json").read_text())
+    config[NEW] = {"activation_fn": "torch.nn.modules.linear.Identity"}  # a place read only after it
+    (saved / "config.json").write_text(json.dumps(config))
+    ours = _ours(saved)
+    _close(ours, _predict(saved))
+    assert all(-1 < score < 1 for score in ours)  # still Tanh's
 
 
 def test_a_path_outside_torch_is_sigmoid_without_trust_as_sentence_transformers_says(
