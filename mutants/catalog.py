@@ -47,6 +47,7 @@ _BOARD = "tests/unit/test_load_board.py::"
 _METRICS_PROCESSES = "tests/unit/test_metrics_processes.py::"
 _FRONT_ENDS = "tests/cli/test_api_processes.py::"
 _ACTIVATION = "tests/models/test_saved_activation.py::"
+_MODULAR = "tests/models/test_modular_cross_encoder.py::"
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- the lifecycle: the six that once survived the whole suite --------------------------------------
@@ -1729,6 +1730,38 @@ MUTANTS: tuple[Mutant, ...] = (
         '    path = sentence_transformers.get("activation_fn") if isinstance(sentence_transformers, dict) else None\n',
         "    path = None\n",
         (_ACTIVATION + "test_a_cross_encoder_saved_by_sentence_transformers_6_keeps_its_activation",),
+    ),
+    Mutant(
+        "R10",
+        "scorekit/models/__init__.py",
+        "a modular CrossEncoder is taken for what its backbone's config says, a bi-encoder, and refused",
+        "    if modular_transformer(source) is not None:  # a backbone's architectures",
+        "    if False:  # a backbone's architectures",
+        (_MODULAR + "test_a_modular_cross_encoder_scores_as_predict",),
+    ),
+    Mutant(
+        "R11",
+        "scorekit/models/st_head.py",
+        "a Dense module's residual is left out of its output",
+        "        features[self.target] = out if self.residual is None else out + self.residual(x)\n",
+        "        features[self.target] = out\n",
+        (_MODULAR + "test_a_modular_cross_encoder_scores_as_predict",),
+    ),
+    Mutant(
+        "R12",
+        "scorekit/models/st_head.py",
+        "the head's Pooling pools by the mean whatever its saved mode",
+        '        features[_EMBEDDING] = pool(self.mode, features["token_embeddings"], features["attention_mask"])\n',
+        '        features[_EMBEDDING] = pool("mean", features["token_embeddings"], features["attention_mask"])\n',
+        (_MODULAR + "test_a_modular_cross_encoder_scores_as_predict",),
+    ),
+    Mutant(
+        "R13",
+        "scorekit/models/st_head.py",
+        "a head module scorekit cannot run is skipped: the scores come without it",
+        "        else:  # a module scorekit cannot run\n            raise ValueError(",
+        "        else:  # a module scorekit cannot run\n            continue\n            raise ValueError(",
+        (_MODULAR + "test_a_head_module_it_cannot_run_and_another_runtime_are_one_line",),
     ),
     # (end of R)
 )

@@ -31,6 +31,7 @@ from .files import Source, kind_of, parse_device, parse_dtype
 from .llm_reranker import LLMRerankerBackend
 from .rerank_template import TEMPLATE_FILE
 from .runtime import ModelRuntime
+from .st_head import modular_transformer
 
 __all__ = [
     "Backend",
@@ -62,12 +63,14 @@ def default_model_path() -> str:
 
 def detect_kind(path_or_name: str) -> ModelKind:
     """Tell the kind from config.json's architectures; a plain encoder (or a sentence-transformers folder)
-    is a bi-encoder. A causal LM is an LLM reranker when the checkpoint says so: a reranker template beside
+    is a bi-encoder, but for sentence-transformers' modular CrossEncoder (a backbone and a head), a cross-encoder. A causal LM is an LLM reranker when the checkpoint says so: a reranker template beside
     its weights, or "rerank" in its name (Qwen/Qwen3-Reranker-4B, BAAI/bge-reranker-v2-gemma)."""
     source = Source(path_or_name)
     config: Any = source.read_json("config.json")
     if config is None and source.read_json("modules.json") is None:
         raise ValueError(f"Model {path_or_name!r} could not be loaded: it has no config.json.")
+    if modular_transformer(source) is not None:  # a backbone's architectures, but a CrossEncoder's head after it
+        return "cross-encoder"
     kind = kind_of((config or {}).get("architectures") or [])
     named = "rerank" in path_or_name.rstrip("/").rsplit("/", 1)[-1].lower()
     if kind == "causal-lm" and (named or source.read_json(TEMPLATE_FILE) is not None):

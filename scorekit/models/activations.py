@@ -69,8 +69,9 @@ def saved_activation(
     return Activation(path, _imported(path, name))
 
 
-def _imported(path: str, name: str) -> Callable[[float], float]:
-    """The class at ``path``, made with no arguments, applied to one float32 logit as to the model's output."""
+def module_at(path: str, name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The class at the dotted ``path``, made with no arguments (as sentence-transformers makes a saved
+    activation); a one-line ValueError naming model ``name`` when it cannot be made or called."""
     module_name, _, class_name = path.rpartition(".")
     try:
         made = getattr(importlib.import_module(module_name), class_name)()
@@ -78,6 +79,12 @@ def _imported(path: str, name: str) -> Callable[[float], float]:
         raise ValueError(f"Model {name!r} asks for the activation {path!r}, which cannot be made: {exc}") from None
     if not callable(made):
         raise ValueError(f"Model {name!r} asks for the activation {path!r}, which is not a function.")
+    return made  # type: ignore[no-any-return]
+
+
+def _imported(path: str, name: str) -> Callable[[float], float]:
+    """The activation at ``path`` applied to one float32 logit as to the model's output."""
+    made = module_at(path, name)
 
     def apply(logit: float) -> float:
         with torch.inference_mode():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch.nn import functional
@@ -19,28 +19,10 @@ from .files import Source
 from .loaded import LoadedModel
 from .padding import pad_batch
 from .pairs import Pairing, check_pair_options
+from .pooling import pool, read_pooling
 from .runtime import TORCH, ModelRuntime
 from .tokens import Meter
 from .truncation import cut_texts, encode_text_windows, encode_texts, limits
-
-Pooling = Literal["mean", "mean_sqrt_len_tokens", "cls", "max", "lasttoken"]
-# The pooling names sentence-transformers saves.
-_POOLINGS: dict[str, Pooling] = {
-    "mean": "mean",
-    "mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
-    "cls": "cls",
-    "max": "max",
-    "lasttoken": "lasttoken",
-}
-# Pre-v5 pooling configs name the mode with one flag per mode.
-_LEGACY_FLAGS = {
-    "pooling_mode_cls_token": "cls",
-    "pooling_mode_max_tokens": "max",
-    "pooling_mode_mean_tokens": "mean",
-    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
-    "pooling_mode_weightedmean_tokens": "weightedmean",
-    "pooling_mode_lasttoken": "lasttoken",
-}
 
 
 class BiEncoderBackend(LoadedModel):
@@ -57,7 +39,7 @@ class BiEncoderBackend(LoadedModel):
         name = root.name
         transformer_path, pooling_path, self.normalizes = _read_modules(name)
         source = Source(name, transformer_path, root.trust_remote_code)
-        self.pooling = _read_pooling(name, pooling_path)
+        self.pooling = read_pooling(Source(name, pooling_path) if pooling_path is not None else None, name)
         model = self.load(AutoModel, source, device, dtype)
         self._forward = runtime.forward(model, "last_hidden_state", self._tokenizer.model_input_names)
         self._model = model if runtime.runs_the_module else None
@@ -201,7 +183,7 @@ class BiEncoderBackend(LoadedModel):
             return []
         inputs = pad_batch(batch, self._pad_id, self._device)
         hidden = self._forward(inputs).float()
-        pooled = _pool(self.pooling, hidden, inputs["attention_mask"]).cpu()
+        pooled = pool(self.pooling, hidden, inputs["attention_mask"]).cpu()
         return list(pooled.unbind())
 
 
@@ -210,19 +192,6 @@ def _finish(outputs: list[torch.Tensor], *, normalize: bool) -> torch.Tensor:
     (in place: a request's rows are stacked once, not copied again)."""
     pooled = torch.stack(outputs)
     return functional.normalize(pooled, p=2, dim=1, out=pooled) if normalize else pooled
-
-
-def _pool(mode: Pooling, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """sentence-transformers' pooling over right-padded rows (padding is where ``mask`` is 0)."""
-    if mode == "cls":
-        return hidden[:, 0]
-    if mode == "lasttoken":
-        return hidden[torch.arange(hidden.shape[0]), mask.sum(dim=1) - 1]
-    weights = mask.unsqueeze(-1).to(hidden.dtype)
-    if mode == "max":
-        return hidden.masked_fill(weights == 0, float("-inf")).max(dim=1).values
-    summed, count = (hidden * weights).sum(dim=1), weights.sum(dim=1).clamp(min=1e-9)
-    return summed / (count.sqrt() if mode == "mean_sqrt_len_tokens" else count)
 
 
 def _read_modules(name: str) -> tuple[str, str | None, bool]:
@@ -241,18 +210,3 @@ def _read_modules(name: str) -> tuple[str, str | None, bool]:
         else:
             raise ValueError(f"Model {name!r} has a {module_type} module, which the bi-encoder cannot run.")
     return transformer, pooling, normalizes
-
-
-def _read_pooling(name: str, path: str | None) -> Pooling:
-    """The single pooling mode of the Pooling module's config; mean when the folder has none."""
-    config: Any = None if path is None else Source(name, path).read_json("config.json")
-    if not isinstance(config, dict):
-        return "mean"
-    if "pooling_mode" in config:
-        saved = config["pooling_mode"]
-        modes = [saved] if isinstance(saved, str) else list(saved)
-    else:
-        modes = [mode for flag, mode in _LEGACY_FLAGS.items() if config.get(flag)] or ["mean"]
-    if len(modes) != 1 or modes[0] not in _POOLINGS:
-        raise ValueError(f"Model {name!r} pools with {modes!r}; the bi-encoder supports one of {sorted(_POOLINGS)}.")
-    return _POOLINGS[modes[0]]

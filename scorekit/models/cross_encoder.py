@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from transformers import AutoModelForSequenceClassification
+from transformers import AutoModel, AutoModelForSequenceClassification
 
 from scorekit.tasks import PairOptions, PairScores
 
@@ -16,13 +16,15 @@ from .loaded import LoadedModel
 from .padding import pad_batch
 from .pairs import check_pair_options
 from .runtime import TORCH, ModelRuntime
+from .st_head import ModularCrossEncoder, modular_transformer, read_head
 from .tokens import Meter
 from .truncation import cut_texts, encode_pair_windows, encode_pairs, limits
 from .windows import Spans, plan_windowed_pairs
 
 
 class CrossEncoderBackend(LoadedModel):
-    """A single-label ``AutoModelForSequenceClassification`` scoring text pairs."""
+    """A single-label ``AutoModelForSequenceClassification`` scoring text pairs, or sentence-transformers'
+    modular CrossEncoder: a backbone and the head modules after it (``st_head``)."""
 
     chunks_documents = True  # scores a long document by its best window (tasks.Chunking)
     kind: ModelKind = "cross-encoder"
@@ -31,17 +33,30 @@ class CrossEncoderBackend(LoadedModel):
     def __init__(
         self, source: Source, *, device: torch.device, dtype: torch.dtype, runtime: ModelRuntime = TORCH
     ) -> None:
-        model = self.load(AutoModelForSequenceClassification, source, device, dtype)
-        if model.config.num_labels != 1:
-            raise ValueError(
-                f"Model {self.name!r} has {model.config.num_labels} labels; a cross-encoder needs exactly one "
-                "(a single relevance logit)."
-            )
-        self._forward = runtime.forward(model, "logits", self._tokenizer.model_input_names)
+        transformer = modular_transformer(source)
+        model: torch.nn.Module
+        if transformer is None:
+            classifier = self.load(AutoModelForSequenceClassification, source, device, dtype)
+            if classifier.config.num_labels != 1:
+                raise ValueError(
+                    f"Model {self.name!r} has {classifier.config.num_labels} labels; a cross-encoder needs exactly"
+                    " one (a single relevance logit)."
+                )
+            model, config = classifier, classifier.config
+        else:  # sentence-transformers' modular CrossEncoder: a backbone, then its head modules
+            if runtime.name != "torch":
+                raise ValueError(
+                    f"Model {source.name!r} is a CrossEncoder with a head of modules, which --runtime {runtime.name}"
+                    " cannot run yet: serve it with --runtime torch."
+                )
+            backbone = self.load(AutoModel, Source(source.name, transformer, source.trust_remote_code), device, dtype)
+            names = tuple(self._tokenizer.model_input_names)
+            model, config = ModularCrossEncoder(backbone, read_head(source, device, dtype), names), backbone.config
+        self._forward = runtime.forward(model, "logits", self._tokenizer.model_input_names)  # type: ignore[arg-type]
         self._model = model if runtime.runs_the_module else None
         # What sentence-transformers' CrossEncoder.predict applies to the logit, read where it saved it.
         self.activation = saved_activation(
-            model.config,
+            config,
             source.read_json("config_sentence_transformers.json"),
             self.name,
             trust_remote_code=source.trust_remote_code,
