@@ -956,17 +956,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "scorekit/engine.py",
         "a request that raises (a model error, a refusal while tokenizing) keeps its admission: after "
         "max_concurrent_requests failures every request is a 503",
-        "        self._active += 1\n        try:\n            yield\n        finally:\n            self._active -= 1\n",
-        "        self._active += 1\n        yield\n        self._active -= 1\n",
+        "        admitted.add(1)\n        try:\n            yield\n        finally:\n            admitted.add(-1)\n",
+        "        admitted.add(1)\n        yield\n        admitted.add(-1)\n",
         ("tests/unit/test_engine_rules.py::test_E1_admission_is_given_back_however_a_request_ends",),
     ),
     Mutant(
         "E02",
         "scorekit/engine.py",
         "a cancelled request (its client left) keeps its admission: errors give it back, a cancellation does not",
-        "        try:\n            yield\n        finally:\n            self._active -= 1\n",
-        "        try:\n            yield\n        except Exception:\n            self._active -= 1\n            raise\n"
-        "        else:\n            self._active -= 1\n",
+        "        try:\n            yield\n        finally:\n            admitted.add(-1)\n",
+        "        try:\n            yield\n        except Exception:\n            admitted.add(-1)\n            raise\n"
+        "        else:\n            admitted.add(-1)\n",
         ("tests/unit/test_engine_rules.py::test_E1_admission_is_given_back_however_a_request_ends",),
     ),
     Mutant(
@@ -1433,8 +1433,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "H04",
         "scorekit/host/client.py",
         "the client's queue limit is off by one: a job that fills the queue exactly is refused",
-        "if self._outstanding + len(job.inputs) > limit:",
-        "if self._outstanding + len(job.inputs) >= limit:",
+        "if queued + len(job.inputs) > limit:",
+        "if queued + len(job.inputs) >= limit:",
         (_HOST + "test_the_client_refuses_past_max_queued_items",),
     ),
     Mutant(
