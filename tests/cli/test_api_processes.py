@@ -131,13 +131,12 @@ def _served(tmp_path: Path, model: Path) -> Iterator[Group]:
 
 @pytest.fixture(scope="module")
 def group(cross_encoder_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Group]:
-    """One server for the module (each start costs seconds of three processes importing torch): the file's last
-    test ends it by killing its host; run without that test, it is stopped with SIGTERM here."""
+    """One server for the module's tests that leave it serving (each start costs seconds of three processes
+    importing torch); stopped with SIGTERM at the end."""
     with _served(tmp_path_factory.mktemp("api-processes"), cross_encoder_dir) as served:
         yield served
-        if served.proc.poll() is None:
-            served.proc.send_signal(signal.SIGTERM)
-            assert served.proc.wait(60) == 0, served.log.read_text()[-3000:]
+        served.proc.send_signal(signal.SIGTERM)
+        assert served.proc.wait(60) == 0, served.log.read_text()[-3000:]
 
 
 @contextmanager
@@ -275,20 +274,24 @@ def test_sigterm_drains_every_front_end_then_stops_the_host(cross_encoder_dir: P
     assert log_lines(group.log, "every front end has drained: stopping the model host")
 
 
-def test_a_dead_host_fails_every_front_end_s_requests_and_the_server_exits_3(group: Group) -> None:
+def test_a_dead_host_fails_every_front_end_s_requests_and_the_server_exits_3(
+    cross_encoder_dir: Path, tmp_path: Path
+) -> None:
     """Requests held at the host on both front ends fail at once when it is killed; every front end drains and
     exits (answering 503 meanwhile), and so does the server, with its own status and one line naming the model
-    and the host's exit status. The module's server: this last test ends it."""
-    host, fronts = group.host, group.front_ends
-    with _paused(host):
-        held = group.hold(_request("POST", "/rerank", RERANK))
-        until(lambda: group.admitted() == len(held), 30, "the held requests never reached the model")
-        os.kill(host, signal.SIGKILL)
-    for _, sock in held:  # failed at once, as a dead worker's requests are in one process (500, its reason)
-        status, _, raw = read_response(sock)
-        assert (status, json.loads(raw)["error"]["message"]) == (500, "The model host process lost its connection.")
-        sock.close()
-    assert group.proc.wait(60) == HOST_DIED_EXIT, group.log.read_text()[-3000:]
+    and the host's exit status. A server of its own: the module's must live on for the other tests, whatever
+    order they run in (the mutation check runs a mutant's tests in its own order)."""
+    with _served(tmp_path, cross_encoder_dir) as group:
+        host, fronts = group.host, group.front_ends
+        with _paused(host):
+            held = group.hold(_request("POST", "/rerank", RERANK))
+            until(lambda: group.admitted() == len(held), 30, "the held requests never reached the model")
+            os.kill(host, signal.SIGKILL)
+        for _, sock in held:  # failed at once, as a dead worker's requests are in one process (500, its reason)
+            status, _, raw = read_response(sock)
+            assert (status, json.loads(raw)["error"]["message"]) == (500, "The model host process lost its connection.")
+            sock.close()
+        assert group.proc.wait(60) == HOST_DIED_EXIT, group.log.read_text()[-3000:]
     line = f"scorekit: error: the model host process of model 'tiny-ce' exited with status {-signal.SIGKILL}"
     assert log_lines(group.log, line) == [line], group.log.read_text()[-3000:]
     assert all(gone(pid) for pid in fronts)
