@@ -322,7 +322,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "no cancel on disconnect: the app runs on after its client left",
         "                self.app_scope.cancel()\n",
         "                pass\n",
-        (_CANCEL + "test_C1_disconnect_cancels_within_k_ticks",),
+        (
+            _CANCEL + "test_C1_disconnect_cancels_within_k_ticks",
+            # The property draws its busy apps at random and caught this in most runs, not all (it survived one
+            # full run); the scripted pin catches it every time.
+            _PINS + "test_C1_expect_continue_request_is_cancelled_when_its_client_leaves",
+        ),
     ),
     Mutant(
         "L28",
