@@ -63,8 +63,9 @@ def default_model_path() -> str:
 
 def detect_kind(path_or_name: str) -> ModelKind:
     """Tell the kind from config.json's architectures; a plain encoder (or a sentence-transformers folder)
-    is a bi-encoder, but for sentence-transformers' modular CrossEncoder (a backbone and a head), a cross-encoder. A causal LM is an LLM reranker when the checkpoint says so: a reranker template beside
-    its weights, or "rerank" in its name (Qwen/Qwen3-Reranker-4B, BAAI/bge-reranker-v2-gemma)."""
+    is a bi-encoder, but sentence-transformers' modular CrossEncoder (a backbone, then a head) a cross-encoder.
+    A causal LM is an LLM reranker when the checkpoint says so: a reranker template beside its weights, or
+    "rerank" in its name (Qwen/Qwen3-Reranker-4B, BAAI/bge-reranker-v2-gemma)."""
     source = Source(path_or_name)
     config: Any = source.read_json("config.json")
     if config is None and source.read_json("modules.json") is None:
