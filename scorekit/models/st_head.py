@@ -58,7 +58,8 @@ class _Dense(nn.Module):
     def __init__(self, config: dict[str, Any], activation: Callable[[torch.Tensor], torch.Tensor]) -> None:
         super().__init__()
         self.linear = nn.Linear(config["in_features"], config["out_features"], bias=config.get("bias", True))
-        self.activation = activation
+        # sentence-transformers' attribute names: its saved state (a PReLU's weight included) loads as it is.
+        self.activation_function = activation
         self.source = config.get("module_input_name", _EMBEDDING)
         self.target = config.get("module_output_name") or self.source
         self.residual: nn.Module | None = None
@@ -70,7 +71,7 @@ class _Dense(nn.Module):
 
     def forward(self, features: Features) -> Features:
         x = features[self.source]
-        out = self.activation(self.linear(x))
+        out = self.activation_function(self.linear(x))
         features[self.target] = out if self.residual is None else out + self.residual(x)
         return features
 

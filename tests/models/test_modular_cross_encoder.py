@@ -77,9 +77,9 @@ HEADS = {
         Dropout(0.1),
         Dense(16, 1, activation_function=torch.nn.Identity(), module_output_name="scores"),
     ],
-    "sqrt-len-residual-same-width": lambda: [
+    "sqrt-len-residual-same-width-prelu": lambda: [
         Pooling(WIDTH, pooling_mode="mean_sqrt_len_tokens"),
-        Dense(WIDTH, WIDTH, activation_function=torch.nn.Tanh(), use_residual=True),
+        Dense(WIDTH, WIDTH, activation_function=torch.nn.PReLU(init=0.1), use_residual=True),
         Dense(WIDTH, 1, activation_function=torch.nn.Identity(), module_output_name="scores"),
     ],
 }
