@@ -1661,6 +1661,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "        pass\n",
         (_FRONT_ENDS + "test_both_front_ends_serve_the_scores_of_the_model",),
     ),
+    Mutant(
+        "P11",
+        "scorekit/cli/table.py",
+        "--api-processes takes one more front end than the load board has rows",
+        "        whole_or_auto(FRONT_ENDS),",
+        "        whole_or_auto(FRONT_ENDS + 1),",
+        ("tests/cli/test_api_processes_flag.py::test_the_limit_is_the_board_s_rows",),
+    ),
     # (end of P)
     # -- reranker families scored as their recipes say (R) ---------------------------------------------------
     Mutant(
@@ -1766,6 +1774,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "a head module scorekit cannot run is skipped: the scores come without it",
         "        else:  # a module scorekit cannot run\n            raise ValueError(",
         "        else:  # a module scorekit cannot run\n            continue\n            raise ValueError(",
+        (_MODULAR + "test_a_head_module_it_cannot_run_and_another_runtime_are_one_line",),
+    ),
+    Mutant(
+        "R14",
+        "scorekit/models/rerank_template.py",
+        "a template's instruction_format without its slot is taken: the request's instruction is dropped",
+        'if self.instruction_format.count("{instruction}") != 1:',
+        'if self.instruction_format.count("{instruction}") > 1:',
+        ("tests/models/test_mxbai_reranker.py::test_an_instruction_format_needs_its_slot_exactly_once",),
+    ),
+    Mutant(
+        "R15",
+        "scorekit/models/cross_encoder.py",
+        "a modular CrossEncoder is handed to --runtime onnx, which has no export of its head",
+        '            if runtime.name != "torch":\n',
+        "            if False:\n",
         (_MODULAR + "test_a_head_module_it_cannot_run_and_another_runtime_are_one_line",),
     ),
     # (end of R)

@@ -164,13 +164,7 @@ class ScorekitApp:
     def dead_host(self) -> str | None:
         """The first model host process that died while serving, as one line naming its model and its exit status
         (the server's drain waits for nothing it holds: its jobs have failed); None while every host lives."""
-        for name, client in self._hosts.items():
-            death = client.health.death
-            if death is not None:
-                status = client.exit_status
-                how = "lost its connection" if status is None else f"exited with status {status}"
-                return f"the model host process of model {name!r} {how}"
-        return None
+        return next((line for client in self._hosts.values() if (line := client.death_line) is not None), None)
 
     def _start_engine(self, name: str, backend: Backend, spec: ModelSpec, budget: TokenBudget | None) -> Engine:
         """Start the model's engine: its batches run in this process, or (``spec.host`` "process") in a model

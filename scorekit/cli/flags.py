@@ -87,18 +87,8 @@ class Flag:
 # -- casts: each turns a flag's text into its value, or says in argparse's way why it cannot -------------------
 
 
-def whole_or_auto(text: str) -> int:
-    """A whole number from 1, or ``auto`` (0 here: the model specs make it None, sized for the device)."""
-    if text == "auto":
-        return 0
-    try:
-        return whole(1)(text)
-    except argparse.ArgumentTypeError as exc:
-        raise argparse.ArgumentTypeError(f"{exc} (or auto)") from None
-
-
-def count_or_auto(high: int) -> Callable[[str], int]:
-    """A whole number from 1 to ``high``, or ``auto`` (0 here: the parser picks)."""
+def whole_or_auto(high: int | None = None) -> Callable[[str], int]:
+    """A whole number from 1 (to ``high``), or ``auto`` (0 here: the model specs or the parser pick)."""
     count = whole(1, high)
 
     def cast(text: str) -> int:

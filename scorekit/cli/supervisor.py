@@ -220,12 +220,7 @@ class Supervisor:
         return f"front-end process {front_end.row} could not start: {why}"
 
     def _dead_host(self) -> str | None:
-        for name, client in self.hosts.items():
-            if client.health.death is not None:
-                status = client.exit_status
-                how = "lost its connection" if status is None else f"exited with status {status}"
-                return f"the model host process of model {name!r} {how}"
-        return None
+        return next((line for client in self.hosts.values() if (line := client.death_line) is not None), None)
 
     def _signal_front_ends(self) -> None:
         for front_end in self.front_ends:

@@ -9,7 +9,6 @@ from scorekit.choices import DTYPES, RUNTIMES
 from scorekit.cli.flags import (
     Flag,
     amount,
-    count_or_auto,
     device,
     key_file,
     names,
@@ -76,7 +75,7 @@ FLAGS = (
     ),
     Flag(
         "api-processes",
-        count_or_auto(FRONT_ENDS),
+        whole_or_auto(FRONT_ENDS),
         1,
         "Front-end processes sharing the port, each running the whole request path (HTTP, JSON, tokenizing)"
         " against one model host process per model (every model is hosted in a process then); auto: 1 when"
@@ -134,7 +133,7 @@ FLAGS = (
     ),
     Flag(
         "max-batch-tokens",
-        whole_or_auto,
+        whole_or_auto(),
         _ENGINE.max_batch_tokens,
         "Padded tokens (longest x count) per model batch; auto: 16384 on a CPU, and on a GPU what a share of the"
         " memory the model leaves free holds, measured at start-up",

@@ -250,6 +250,16 @@ class HostClient:
     def health(self) -> Health:
         return Health(self._running and self._death is None, self._death)
 
+    @property
+    def death_line(self) -> str | None:
+        """Once the host has died while serving, the one line a server that ends for it says: its model and its
+        exit status (a client that joined knows only that the connection was lost); None while it lives."""
+        if self._death is None:
+            return None
+        status = self.exit_status
+        how = "lost its connection" if status is None else f"exited with status {status}"
+        return f"the model host process of model {self._spec.served_name!r} {how}"
+
     def submit(self, job: ModelJob) -> None:
         """Send the job down, or raise :class:`QueueFull` now: past ``max_queued_items`` (the cells' total: with a
         board's, over every front end), or with no host to run it.

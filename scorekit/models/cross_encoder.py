@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import torch
@@ -9,7 +10,7 @@ from transformers import AutoModel, AutoModelForSequenceClassification
 
 from scorekit.tasks import PairOptions, PairScores
 
-from .activations import saved_activation
+from .activations import DEFAULT, saved_activation
 from .base import Checkpoint, Encoded, ModelKind, Plan, TruncationSide, inference, no_checkpoint
 from .files import Source
 from .loaded import LoadedModel
@@ -20,6 +21,8 @@ from .st_head import ModularCrossEncoder, modular_transformer, read_head
 from .tokens import Meter
 from .truncation import cut_texts, encode_pair_windows, encode_pairs, limits
 from .windows import Spans, plan_windowed_pairs
+
+logger = logging.getLogger("scorekit.models")
 
 
 class CrossEncoderBackend(LoadedModel):
@@ -33,9 +36,9 @@ class CrossEncoderBackend(LoadedModel):
     def __init__(
         self, source: Source, *, device: torch.device, dtype: torch.dtype, runtime: ModelRuntime = TORCH
     ) -> None:
-        transformer = modular_transformer(source)
+        modular = modular_transformer(source)
         model: torch.nn.Module
-        if transformer is None:
+        if modular is None:
             classifier = self.load(AutoModelForSequenceClassification, source, device, dtype)
             if classifier.config.num_labels != 1:
                 raise ValueError(
@@ -49,9 +52,13 @@ class CrossEncoderBackend(LoadedModel):
                     f"Model {source.name!r} is a CrossEncoder with a head of modules, which --runtime {runtime.name}"
                     " cannot run yet: serve it with --runtime torch."
                 )
+            transformer, modules = modular
             backbone = self.load(AutoModel, Source(source.name, transformer, source.trust_remote_code), device, dtype)
-            names = tuple(self._tokenizer.model_input_names)
-            model, config = ModularCrossEncoder(backbone, read_head(source, device, dtype), names), backbone.config
+            head = read_head(source, modules, device, dtype)
+            model, config = (
+                ModularCrossEncoder(backbone, head, tuple(self._tokenizer.model_input_names)),
+                backbone.config,
+            )
         self._forward = runtime.forward(model, "logits", self._tokenizer.model_input_names)  # type: ignore[arg-type]
         self._model = model if runtime.runs_the_module else None
         # What sentence-transformers' CrossEncoder.predict applies to the logit, read where it saved it.
@@ -61,6 +68,8 @@ class CrossEncoderBackend(LoadedModel):
             self.name,
             trust_remote_code=source.trust_remote_code,
         )
+        if self.activation.path != DEFAULT:
+            logger.info("cross-encoder %s scores with its saved activation %s", self.name, self.activation.path)
 
     def plan_pairs(self, side1: list[str], side2: list[str], options: PairOptions) -> Plan[PairScores]:
         """Each distinct pair runs once; its score is the activation of its logit (or the raw logit)."""

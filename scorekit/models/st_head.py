@@ -26,9 +26,10 @@ Features = dict[str, torch.Tensor]
 _EMBEDDING = "sentence_embedding"
 
 
-def modular_transformer(source: Source) -> str | None:
-    """The transformer module's folder of a CrossEncoder whose transformer is a backbone with a head after it;
-    None for any other folder (a plain cross-encoder, whose head is its own classifier, included)."""
+def modular_transformer(source: Source) -> tuple[str, list[Any]] | None:
+    """The transformer module's folder of a CrossEncoder whose transformer is a backbone with a head after it,
+    and its modules.json; None for any other folder (a plain cross-encoder, whose head is its own classifier,
+    included)."""
     saved = source.read_json("config_sentence_transformers.json")
     modules = source.read_json("modules.json")
     if not isinstance(saved, dict) or saved.get("model_type") != "CrossEncoder" or not isinstance(modules, list):
@@ -37,7 +38,9 @@ def modular_transformer(source: Source) -> str | None:
         return None
     path = str(modules[0].get("path", ""))
     config = Source(source.name, path, source.trust_remote_code).read_json("sentence_bert_config.json")
-    return path if isinstance(config, dict) and config.get("transformer_task") == "feature-extraction" else None
+    return (
+        (path, modules) if isinstance(config, dict) and config.get("transformer_task") == "feature-extraction" else None
+    )
 
 
 def _type_of(module: Any) -> str:
@@ -119,10 +122,9 @@ class ModularCrossEncoder(nn.Module):
         return {"logits": features["scores"].float()}
 
 
-def read_head(source: Source, device: torch.device, dtype: torch.dtype) -> list[nn.Module]:
-    """The head modules after the transformer, built from their folders' configs and weights (on the meta device:
-    their shapes only)."""
-    modules: Any = source.read_json("modules.json")
+def read_head(source: Source, modules: list[Any], device: torch.device, dtype: torch.dtype) -> list[nn.Module]:
+    """The head modules after the transformer (``modules`` is its modules.json), built from their folders' configs
+    and weights (on the meta device: their shapes only)."""
     head: list[nn.Module] = []
     for entry in modules[1:]:
         kind, path = _type_of(entry), str(entry.get("path", ""))

@@ -272,10 +272,17 @@ def test_joining_where_no_host_answers_is_a_start_error(shared: Shared, tmp_path
         listener.close()
 
 
-def test_the_owners_leaving_ends_the_host_after_what_is_queued(cross_encoder_dir: Path, tmp_path: Path) -> None:
-    spec = ModelSpec(path=str(cross_encoder_dir), engine=CONFIG)
+def _own_host(folder: Path, tmp_path: Path) -> tuple[ModelSpec, socket.socket, str, HostClient]:
+    """For a test that ends its host: the spec, the listener to hand the owner, its address, and a front end
+    (not started) that joins there."""
+    spec = ModelSpec(path=str(folder), engine=CONFIG)
     listener, address = _listener(tmp_path)
     front_end = HostClient(spec, observer=Recorder(), start_timeout=WAIT, stats_timeout=WAIT, address=address)
+    return spec, listener, address, front_end
+
+
+def test_the_owners_leaving_ends_the_host_after_what_is_queued(cross_encoder_dir: Path, tmp_path: Path) -> None:
+    spec, listener, address, front_end = _own_host(cross_encoder_dir, tmp_path)
     try:
         with hosted(spec, listener=listener) as owner:
             front_end.start()
@@ -302,9 +309,7 @@ def test_the_owners_leaving_ends_the_host_after_what_is_queued(cross_encoder_dir
 def test_a_killed_host_is_a_death_to_its_front_ends_and_refuses_joins(cross_encoder_dir: Path, tmp_path: Path) -> None:
     """The host's copy of the listener was the only one: once the host is gone, a front end that (re)joins is
     refused at once, not left waiting for an answer."""
-    spec = ModelSpec(path=str(cross_encoder_dir), engine=CONFIG)
-    listener, address = _listener(tmp_path)
-    front_end = HostClient(spec, observer=Recorder(), start_timeout=WAIT, stats_timeout=WAIT, address=address)
+    spec, listener, address, front_end = _own_host(cross_encoder_dir, tmp_path)
     try:
         with hosted(spec, listener=listener) as owner:
             front_end.start()

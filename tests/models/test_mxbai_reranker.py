@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from scorekit.app import create_app
 from scorekit.models import LLMRerankerBackend, detect_kind, load_backend
+from scorekit.models.rerank_template import parse_template
 from scorekit.settings import Settings
 from tests.live import Live, serve
 from tests.tiny_models import build_mxbai_reranker
@@ -93,3 +94,16 @@ def test_an_instruction_is_its_own_line_before_the_query(served: Live, mxbai_dir
     assert status == 200, answer
     assert [item["score"] for item in answer["data"]] == pytest.approx(expected, abs=1e-5)
     assert expected != pytest.approx(_recipe(mxbai_dir, QUERY, DOCUMENTS), abs=1e-6)  # the line changed them
+
+
+def test_an_instruction_format_needs_its_slot_exactly_once() -> None:
+    """A template's instruction_format names {instruction} once: none would drop the instruction, two repeat it."""
+    base = {"segments": ["{instruction}query: {query}", "document: {document}"], "labels": ["0", "1"]}
+    assert parse_template({**base, "instruction_format": "instruction: {instruction}\n"}, "t").instruction_format
+    for bad in ("instruction:\n", "{instruction} {instruction}"):
+        with pytest.raises(
+            ValueError, match=r"t: A reranker template's instruction_format needs \{instruction\} exactly"
+        ):
+            parse_template({**base, "instruction_format": bad}, "t")
+    with pytest.raises(ValueError, match="instruction and instruction_format must be strings"):
+        parse_template({**base, "instruction_format": 3}, "t")

@@ -117,9 +117,13 @@ def test_a_path_outside_torch_is_sigmoid_without_trust_as_sentence_transformers_
     assert "'my_package.activations.Sharp', which is not torch's: sigmoid instead" in caplog.text
 
 
-def test_a_trusted_path_is_imported_and_one_that_cannot_be_is_a_load_error(base_dir: Path, tmp_path: Path) -> None:
+def test_a_trusted_path_is_imported_and_one_that_cannot_be_is_a_load_error(
+    base_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     folder = _saved(base_dir, tmp_path / "trusted", **{NEW: {"activation_fn": "torch.nn.modules.activation.Tanh"}})
-    _close(_ours(folder, trust_remote_code=True), _predict(folder, trust_remote_code=True))
+    with caplog.at_level(logging.INFO, logger="scorekit.models"):
+        _close(_ours(folder, trust_remote_code=True), _predict(folder, trust_remote_code=True))
+    assert "scores with its saved activation torch.nn.modules.activation.Tanh" in caplog.text  # the start-up log
     missing = _saved(base_dir, tmp_path / "missing", **{NEW: {"activation_fn": "torch.nn.NoSuchActivation"}})
     cannot = r"asks for the activation 'torch\.nn\.NoSuchActivation', which cannot be made"
     with pytest.raises(ValueError, match=cannot):
