@@ -21,8 +21,13 @@ RUNTIMES: tuple[Runtime, ...] = get_args(Runtime)
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 # The kinds a runtime other than torch (ONNX Runtime, OpenVINO, a TorchScript trace) serves: one stateless forward
 # per batch.
-# A causal LM reuses a shared prefix's KV cache across inputs, which only the torch module keeps.
 ONE_FORWARD_KINDS = ("bi-encoder", "cross-encoder")
+# Why each other kind runs only in torch: what its forward does that an exported graph does not.
+_TORCH_ONLY = {
+    "causal-lm": "reuses a shared prefix's KV cache",
+    "llm-reranker": "reuses a shared prefix's KV cache",
+    "listwise-reranker": "reads its embeddings at marker tokens, a varying number per input",
+}
 # What each runtime that runs an ONNX export needs installed: the modules, their names, and the extra that has them.
 # onnx is what torch's exporter writes the file with.
 _RUNTIME_NEEDS = {
@@ -51,7 +56,7 @@ def runtime_error(runtime: str, *, kind: str | None, device: str, dtype: str) ->
         return None
     if kind is not None and kind not in ONE_FORWARD_KINDS:
         return (
-            f"--runtime {runtime} serves bi-encoders and cross-encoders; a {kind} reuses a shared prefix's KV cache,"
+            f"--runtime {runtime} serves bi-encoders and cross-encoders; a {kind} {_TORCH_ONLY.get(kind, 'runs')},"
             " which only --runtime torch runs"
         )
     if runtime == "torchscript":

@@ -10,7 +10,7 @@ from typing import Any, Literal, get_args
 
 from scorekit.choices import RUNTIMES, Runtime, runtime_error
 
-ModelKind = Literal["cross-encoder", "bi-encoder", "causal-lm", "llm-reranker"]
+ModelKind = Literal["cross-encoder", "bi-encoder", "causal-lm", "llm-reranker", "listwise-reranker"]
 MODEL_KINDS: tuple[ModelKind, ...] = get_args(ModelKind)
 
 # What an over-long document gets when the request asks nothing: vLLM's 400, or scoring by its best window.

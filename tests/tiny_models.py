@@ -92,15 +92,22 @@ RERANKER_MAX_POSITIONS = 256
 
 
 def build_bpe_tokenizer(
-    folder: Path, corpus: Sequence[str] = (), max_length: int = RERANKER_MAX_POSITIONS, vocab_size: int = 600
+    folder: Path,
+    corpus: Sequence[str] = (),
+    max_length: int = RERANKER_MAX_POSITIONS,
+    vocab_size: int = 600,
+    specials: Sequence[str] = (),
 ) -> Path:
     """A byte-level BPE tokenizer as Qwen's and Gemma's are (special tokens atomic, words with their leading
-    space), trained here on the prompts' sentences and ``corpus``: a few hundred ids."""
+    space), trained here on the prompts' sentences and ``corpus``: a few hundred ids; ``specials`` are more
+    atomic tokens."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=_SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=vocab_size,
+        special_tokens=[*_SPECIAL_TOKENS, *specials],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     labels = ["yes", "no", "Yes", "No"] * 20  # a label must be one token, as it is in the real vocabularies
     tokenizer.train_from_iterator([*_BPE_CORPUS, *labels, *corpus], trainer)
@@ -175,4 +182,36 @@ def build_gemma_reranker(folder: Path) -> Path:
     vocab = len(AutoTokenizer.from_pretrained(build_bpe_tokenizer(folder)))
     config = GemmaConfig(**_two_layers(vocab, RERANKER_MAX_POSITIONS), head_dim=16, bos_token_id=1, eos_token_id=2)
     GemmaForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+class JinaForRanking(Qwen3ForCausalLM):
+    """What a jina-reranker-v3 checkpoint holds, as its published class saves it: a Qwen3 causal LM whose LM head
+    is the identity, and a projector (two bias-free linear layers around a ReLU, to 512 dimensions). Only the
+    structure: the tests write the recipe's forward themselves."""
+
+    def __init__(self, config: Qwen3Config) -> None:
+        super().__init__(config)
+        self.lm_head = torch.nn.Identity()  # type: ignore[assignment]
+        self.projector = torch.nn.Sequential(
+            torch.nn.Linear(config.hidden_size, config.hidden_size // 2, bias=False),
+            torch.nn.ReLU(),
+            torch.nn.Linear(config.hidden_size // 2, 512, bias=False),
+        )
+        self.post_init()
+
+
+JINA_MARKERS = ("<|embed_token|>", "<|rerank_token|>")
+
+
+def build_jina_reranker(folder: Path, *, max_length: int = 1024) -> Path:
+    """A two-layer jina-reranker-v3 (config.json's architectures: JinaForRanking; its auto_map names the
+    checkpoint's own code, which is not in the folder, as scorekit never runs it), with the BPE tokenizer, where
+    both markers are atomic tokens; ``max_length`` positions."""
+    torch.manual_seed(3)
+    corpus = ["I will provide you with passages, each indicated by a numerical identifier. Rank the passages"]
+    tokenizer = build_bpe_tokenizer(folder, corpus, max_length, specials=JINA_MARKERS)
+    config = Qwen3Config(**_two_layers(len(AutoTokenizer.from_pretrained(tokenizer)), max_length), head_dim=16)
+    config.auto_map = {"AutoModel": "modeling.JinaForRanking"}
+    JinaForRanking(config).save_pretrained(folder)
     return folder

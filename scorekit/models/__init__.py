@@ -28,6 +28,7 @@ from .bi_encoder import BiEncoderBackend
 from .causal_lm import CausalLMBackend
 from .cross_encoder import CrossEncoderBackend
 from .files import Source, kind_of, parse_device, parse_dtype
+from .listwise import ListwiseRerankerBackend
 from .llm_reranker import LLMRerankerBackend
 from .rerank_template import TEMPLATE_FILE
 from .runtime import ModelRuntime
@@ -42,6 +43,7 @@ __all__ = [
     "InputTooLong",
     "LLMRerankerBackend",
     "LabelScorer",
+    "ListwiseRerankerBackend",
     "ModelKind",
     "PairScorer",
     "Plan",
@@ -144,6 +146,8 @@ def load_backend(
             backend = CausalLMBackend(source, device=torch_device, dtype=torch_dtype)
         case "llm-reranker":
             backend = LLMRerankerBackend(source, device=torch_device, dtype=torch_dtype, template=reranker_template)
+        case "listwise-reranker":
+            backend = ListwiseRerankerBackend(source, device=torch_device, dtype=torch_dtype)
     if reranker_template is not None and backend.kind != "llm-reranker":
         raise ValueError(
             f"A reranker template was given, but model {model!r} is served as a {backend.kind}: "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -149,6 +150,8 @@ def load_tokenizer(source: Source) -> PreTrainedTokenizerBase:
 
 def kind_of(architectures: Sequence[str]) -> ModelKind:
     """The kind a config's ``architectures`` name; a plain encoder (or none named) is a bi-encoder."""
+    if "JinaForRanking" in architectures:  # jina-reranker-v3: a Qwen3 backbone and a projector (models/listwise.py)
+        return "listwise-reranker"
     if any(name.endswith("ForSequenceClassification") for name in architectures):
         return "cross-encoder"
     if any(name.endswith(("ForCausalLM", "LMHeadModel")) for name in architectures):
@@ -164,7 +167,7 @@ def load_model(
     Refuses a model that transformers had to complete with random weights (a cross-encoder folder loaded as a
     causal LM gets a random LM head): it would serve scores that mean nothing, with no error anywhere.
     """
-    with loading(source.name), _no_progress_bars():
+    with loading(source.name), _quiet_loading():
         loaded = auto_class.from_pretrained(
             source.name, dtype=dtype, output_loading_info=True, **source.pretrained_kwargs()
         )
@@ -198,15 +201,24 @@ def _check_trained(model: PreTrainedModel, missing: Iterable[str], name: str, ki
 
 
 @contextmanager
-def _no_progress_bars() -> Iterator[None]:
-    """transformers draws a "Loading weights" bar on stderr, which a server's log records as noise."""
+def _quiet_loading() -> Iterator[None]:
+    """transformers draws a "Loading weights" bar on stderr, and logs a table of the checkpoint's keys its class
+    does not use (a listwise reranker's projector, which scorekit reads apart), both noise in a server's log:
+    what matters of a load is :func:`_check_trained`'s one line."""
     shown = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    report = logging.getLogger("transformers.modeling_utils")
+    report.addFilter(_no_load_report)
     try:
         yield
     finally:
+        report.removeFilter(_no_load_report)
         if shown:
             hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
+
+
+def _no_load_report(record: logging.LogRecord) -> bool:
+    return "LOAD REPORT" not in record.getMessage()
 
 
 def read_max_length(source: Source, tokenizer: PreTrainedTokenizerBase, config: PretrainedConfig) -> int:

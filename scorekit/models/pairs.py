@@ -69,11 +69,11 @@ def sigmoid(logit: float) -> float:
 def check_pair_options(options: PairOptions, max_length: int, kind: ModelKind, *, chunks: bool) -> None:
     """Refuse what a pair scorer of this kind cannot do (an instruction needs an LLM reranker's prompt,
     windows a scorer that ``chunks``), then vLLM's checks of the side cuts."""
-    if options.instruction is not None and kind != "llm-reranker":
-        raise InvalidRequest(f"instruction fills an LLM reranker's prompt; a {kind} has none.", "instruction")
+    if options.instruction is not None and kind not in ("llm-reranker", "listwise-reranker"):
+        raise InvalidRequest(f"instruction fills a reranker's prompt; a {kind} has none.", "instruction")
     if options.chunking is not None and not chunks:
         raise InvalidRequest(
-            f"A {kind} embeds each document on its own and cannot score it by windows; "
+            f"A {kind} reads each document as one passage and cannot score it by windows; "
             "cut long documents with truncate_prompt_tokens instead.",
             "max_chunks_per_doc",
         )
