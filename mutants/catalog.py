@@ -48,6 +48,11 @@ _METRICS_PROCESSES = "tests/unit/test_metrics_processes.py::"
 _FRONT_ENDS = "tests/cli/test_api_processes.py::"
 _ACTIVATION = "tests/models/test_saved_activation.py::"
 _MODULAR = "tests/models/test_modular_cross_encoder.py::"
+_HEADS = "tests/models/test_prefix_cache.py::"
+LLM_RERANKER = "scorekit/models/llm_reranker.py"
+PREFIX_CACHE = "scorekit/models/prefix_cache.py"
+_LISTWISE = "tests/models/test_listwise_reranker.py::"
+LISTWISE = "scorekit/models/listwise.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- the lifecycle: the six that once survived the whole suite --------------------------------------
@@ -1793,4 +1798,135 @@ MUTANTS: tuple[Mutant, ...] = (
         (_MODULAR + "test_a_head_module_it_cannot_run_and_another_runtime_are_one_line",),
     ),
     # (end of R)
+    # -- listwise rerankers (jina-reranker-v3) --------------------------------------------------------------
+    Mutant(
+        "J01",
+        LISTWISE,
+        "a window holds 65 documents: past the recipe's 64, the context the model was trained on",
+        "len(packed[-1]) == WINDOW_DOCUMENTS or",
+        "len(packed[-1]) == WINDOW_DOCUMENTS + 1 or",
+        (_LISTWISE + "test_64_documents_share_one_context_and_the_65th_opens_a_window",),
+    ),
+    Mutant(
+        "J02",
+        LISTWISE,
+        "windows are joined by a plain mean of their query embeddings, not weighted by each one's best score",
+        "if float(weights.sum()) > 0 else",
+        "if False else",
+        (_LISTWISE + "test_64_documents_share_one_context_and_the_65th_opens_a_window",),
+    ),
+    Mutant(
+        "J03",
+        LISTWISE,
+        "markers are removed once each, in turn: one hidden inside another survives and adds a place to read",
+        "    while EMBED_TOKEN in text or QUERY_TOKEN in text:\n",
+        "    for _ in range(1):\n",
+        (_LISTWISE + "test_markers_in_a_text_are_removed_however_they_are_nested",),
+    ),
+    Mutant(
+        "J04",
+        LISTWISE,
+        "a window's weight is its worst document's (1 + cosine) / 2, not its best's",
+        "(1 + _cosines(output[:-1].double(), output[-1].double())).max() / 2",
+        "(1 + _cosines(output[:-1].double(), output[-1].double())).min() / 2",
+        (_LISTWISE + "test_64_documents_share_one_context_and_the_65th_opens_a_window",),
+    ),
+    Mutant(
+        "J05",
+        LISTWISE,
+        "a window whose prompt, tokenized whole, is longer than its parts said is not split: it cannot be read",
+        "len(passages) > 1:",
+        "len(passages) > 99:",
+        (_LISTWISE + "test_a_window_longer_than_its_estimate_is_split_until_each_fits",),
+    ),
+    Mutant(
+        "J06",
+        "scorekit/models/files.py",
+        "a JinaForRanking folder is taken for a bi-encoder (its architectures name no known suffix)",
+        'if "JinaForRanking" in architectures:',
+        'if "JinaForRanking" == architectures:',
+        (_LISTWISE + "test_the_architecture_makes_it_a_listwise_reranker_without_its_code",),
+    ),
+    Mutant(
+        "J07",
+        LISTWISE,
+        "a document too long for its window is cut even when the request asked for no truncation",
+        "                if request_limits.keep is None:\n",
+        "                if False:\n",
+        (_LISTWISE + "test_a_document_too_long_is_refused_or_cut_as_asked",),
+    ),
+    # (end of J)
+    # -- the template head's key/value cache, kept across requests (issue 33) (V) -----------------------------
+    Mutant(
+        "V01",
+        LLM_RERANKER,
+        "the prompts' rests after a kept head are placed as if the head were not there (no position offset)",
+        "offset = skip + before.sum(dim=1, keepdim=True)[rows]",
+        "offset = before.sum(dim=1, keepdim=True)[rows]",
+        (_HEADS + "test_scores_with_the_head_cache_are_those_of_plain_forwards",),
+    ),
+    Mutant(
+        "V02",
+        LLM_RERANKER,
+        "a request's shared prefix after a kept head starts at position 0",
+        "self._run(ids, heads, before, skip, cache, use_cache=True)",
+        "self._run(ids, heads, before, 0, cache, use_cache=True)",
+        (_HEADS + "test_scores_with_the_head_cache_are_those_of_plain_forwards",),
+    ),
+    Mutant(
+        "V03",
+        LLM_RERANKER,
+        "the attention mask hides the kept head from the tokens after it",
+        "heads = torch.ones(len(requests), skip, dtype=torch.long)",
+        "heads = torch.zeros(len(requests), skip, dtype=torch.long)",
+        (_HEADS + "test_scores_with_the_head_cache_are_those_of_plain_forwards",),
+    ),
+    Mutant(
+        "V04",
+        LLM_RERANKER,
+        "a prompt is given the longest head it outlasts without its tokens being compared: an instruction's "
+        "prompt gets the default instruction's head",
+        "len(ids) > len(head) and ids[: len(head)] == head",
+        "len(ids) > len(head)",
+        (_HEADS + "test_scores_with_the_head_cache_are_those_of_plain_forwards",),
+    ),
+    Mutant(
+        "V05",
+        LLM_RERANKER,
+        "the shortest head is tried first: a request without an instruction runs the template's instruction again",
+        "sorted(heads.values(), key=len, reverse=True)",
+        "sorted(heads.values(), key=len)",
+        (_HEADS + "test_the_head_runs_once_across_requests",),
+    ),
+    Mutant(
+        "V06",
+        PREFIX_CACHE,
+        "the store keeps every head it is given: no bound on its entries or bytes",
+        "            while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:\n",
+        "            while False:\n",
+        (
+            _HEADS + "test_the_store_drops_the_least_recently_used_head_past_its_entries",
+            _HEADS + "test_past_the_bound_heads_are_dropped_and_the_scores_stay_plain",
+        ),
+    ),
+    Mutant(
+        "V07",
+        PREFIX_CACHE,
+        "the store hands out the cache it keeps, which the forward then extends",
+        "return _copy(entry.cache, rows, self._config)",
+        "return entry.cache",
+        (
+            _HEADS + "test_the_store_hands_out_a_new_cache_that_a_forward_may_extend",
+            _HEADS + "test_scores_with_the_head_cache_are_those_of_plain_forwards",
+        ),
+    ),
+    Mutant(
+        "V08",
+        PREFIX_CACHE,
+        "a head over the byte bound is kept, and so drops every other head (and then itself)",
+        "        if entry.nbytes > self.max_bytes:\n            return\n",
+        "",
+        (_HEADS + "test_the_store_keeps_to_its_bytes_and_never_keeps_a_head_bigger_than_them",),
+    ),
+    # (end of V)
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -158,6 +159,23 @@ def test_documents_that_fill_the_model_s_length_are_read_in_more_windows(tmp_pat
     assert _scores(backend, QUERY, documents) == pytest.approx(_recipe(folder, QUERY, documents, None, sizes), abs=1e-5)
 
 
+def test_a_window_longer_than_its_estimate_is_split_until_each_fits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Windows are packed by their parts' token counts, but the prompt is tokenized whole, where tokens can merge
+    across a passage's edges: a window found too long is split in two until each fits. Here the estimate says a
+    passage's wrapping costs nothing, so every packed window overflows, and each must still fit and score as the
+    recipe does over the same blocks."""
+    folder = build_jina_reranker(tmp_path / "jina-short", max_length=512)
+    backend = load_backend(str(folder))
+    assert isinstance(backend, ListwiseRerankerBackend)
+    documents = [f"document number {i} talks about topic {i}" for i in range(20)]
+    monkeypatch.setattr(backend, "_sizes", replace(backend._sizes, per_document=0))
+    sizes = _window_sizes(backend, QUERY, documents)
+    assert len(sizes) > 2 and sum(sizes) == 20
+    assert _scores(backend, QUERY, documents) == pytest.approx(_recipe(folder, QUERY, documents, None, sizes), abs=1e-5)
+
+
 def test_scores_depend_on_the_other_documents(backend: ListwiseRerankerBackend, jina_dir: Path) -> None:
     """What docs/models.md says of listwise scores: the same pair scores differently beside other documents."""
     alone = _scores(backend, QUERY, DOCUMENTS[:1])[0]
@@ -171,8 +189,12 @@ def test_markers_in_a_text_are_removed_however_they_are_nested(
 ) -> None:
     """A marker in a text would add a place where embeddings are read: each is removed, also one hidden inside
     another (which removing each marker once would leave whole)."""
-    hostile = [f"The capital{EMBED} of France is Paris.", "Bananas <|rerank<|embed_token|>_token|>are yellow."]
-    clean = ["The capital of France is Paris.", "Bananas are yellow."]
+    hostile = [
+        f"The capital{EMBED} of France is Paris.",
+        "Bananas <|rerank<|embed_token|>_token|>are yellow.",
+        "Paris is a city <|embed<|rerank_token|>_token|>in France with a river.",
+    ]
+    clean = DOCUMENTS
     assert _scores(backend, f"What is{RERANK} the capital of France?", hostile) == pytest.approx(
         _recipe(jina_dir, QUERY, clean), abs=1e-5
     )
