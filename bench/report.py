@@ -165,6 +165,20 @@ TARGETS = (
         lambda v: True,
     ),
     Target(
+        "llm_reranker",
+        "template head kept across requests, 1 x 16 docs",
+        "(info)",
+        lambda r: r["head_speedup_one"],
+        lambda v: True,
+    ),
+    Target(
+        "llm_reranker",
+        "template head kept, 8 requests of 1 x 8 in a batch",
+        "(info)",
+        lambda r: r["head_speedup_batch"],
+        lambda v: True,
+    ),
+    Target(
         "gpu",
         "GPU c=32: server / raw fp16 forward",
         ">= 0.90",

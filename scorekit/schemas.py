@@ -222,12 +222,13 @@ class LoadResponse(Struct):
     models: dict[str, int] = field(default_factory=dict)
 
 
-# Embeddings: OpenAI's /v1/embeddings and TEI's /embed.
+# Embeddings: OpenAI's /v1/embeddings, TEI's /embed and Cohere's /v2/embed.
 
 
 class EmbeddingRequest(Struct, kw_only=True):
     """OpenAI's body. Token-id inputs decode (a list of ints, or lists of them) so that the endpoint can
-    refuse them by name instead of with a type error; ``user`` is accepted and ignored."""
+    refuse them by name instead of with a type error; ``user`` is accepted and ignored. ``dimensions`` cuts
+    the vector (Matryoshka); ``prompt_name`` (a scorekit extension, TEI's field) picks a saved prompt."""
 
     input: str | list[str | int | list[int]]
     model: str | None = None
@@ -236,6 +237,7 @@ class EmbeddingRequest(Struct, kw_only=True):
     user: str | None = None
     truncate_prompt_tokens: TruncateTokens | None = None
     truncation_side: TruncationSide | None = None
+    prompt_name: str | None = None
 
 
 class EmbeddingData(Struct, kw_only=True):
@@ -267,6 +269,69 @@ class EmbedRequest(Struct, kw_only=True):
     normalize: bool = True
     truncate: bool | None = False  # TEI's is nullable; null is false
     truncation_direction: Literal["Left", "Right", "left", "right"] = "Right"
+    dimensions: int | None = None
+    prompt_name: str | None = None
+
+
+CohereEmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
+
+
+class CohereContent(Struct, kw_only=True):
+    """One part of a Cohere input: ``{"type": "text", "text": ...}``; an image part is refused by name."""
+
+    type: str
+    text: str | None = None
+
+
+class CohereInput(Struct, kw_only=True):
+    content: list[CohereContent]
+
+
+class CohereEmbedRequest(Struct, kw_only=True):
+    """Cohere's v2 embed body (``ClientV2.embed``): ``texts``, or ``inputs`` of one text part each. Images,
+    ``input_type: "image"`` and ``max_tokens`` are refused by name; ``priority`` is accepted and ignored."""
+
+    model: str | None = None
+    texts: list[str] | None = None
+    inputs: list[CohereInput] | None = None
+    images: list[str] | None = None
+    input_type: Literal["search_document", "search_query", "classification", "clustering", "image"] | None = None
+    embedding_types: Annotated[list[CohereEmbeddingType], Meta(min_length=1)] = field(default_factory=lambda: ["float"])
+    truncate: Literal["NONE", "START", "END"] = "END"
+    output_dimension: int | None = None
+    max_tokens: int | None = None
+
+
+class CohereEmbeddings(Struct, omit_defaults=True):
+    """Each embedding type the request asked for, one entry per text (Cohere's ``embeddings_by_type``)."""
+
+    float_: list[list[float]] | None = field(default=None, name="float")
+    int8: list[list[int]] | None = None
+    uint8: list[list[int]] | None = None
+    binary: list[list[int]] | None = None
+    ubinary: list[list[int]] | None = None
+    base64: list[str] | None = None
+
+
+class CohereApiVersion(Struct):
+    version: str = "2"
+
+
+class CohereBilledUnits(Struct):
+    input_tokens: int
+
+
+class CohereMeta(Struct, kw_only=True):
+    api_version: CohereApiVersion = field(default_factory=CohereApiVersion)
+    billed_units: CohereBilledUnits
+
+
+class CohereEmbedResponse(Struct):
+    id: str
+    embeddings: CohereEmbeddings
+    texts: list[str]
+    meta: CohereMeta
+    response_type: str = "embeddings_by_type"
 
 
 class TeiRerankRequest(Struct, kw_only=True):

@@ -83,6 +83,27 @@ class LabelScores:
 
 
 @dataclass(frozen=True, slots=True)
+class Dimensions:
+    """Matryoshka: the embedding cut to its first ``size`` values, then normalized when the full one would be.
+    ``field`` is how the request spelled it ("dimensions", Cohere's "output_dimension"): a refusal names it."""
+
+    size: int
+    field: str = "dimensions"
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One of the model's saved prompts (sentence-transformers' ``prompts``, by ``name``), put before each text.
+
+    ``if_saved``: a model without a prompt of that name embeds the bare text, as ``encode_query`` does for
+    Cohere's ``input_type``; otherwise an unknown name is the request's error, naming ``field``."""
+
+    name: str
+    field: str = "prompt_name"
+    if_saved: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class EmbedOptions:
     """How an embedding request wants its inputs cut and its vectors finished."""
 
@@ -91,6 +112,8 @@ class EmbedOptions:
     # None: as the model's sentence-transformers config says (normalized when it has a Normalize module);
     # False: the pooled vector as it is, before any normalization.
     normalize: bool | None = None
+    dimensions: Dimensions | None = None  # None: the whole vector
+    prompt: Prompt | None = None  # None: the model's default prompt (default_prompt_name), if it has one
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,5 @@
-"""LLM reranker: the server's items per CPU second over a raw forward of the same prompts, and what running a
-request's shared prompt prefix once saves.
+"""LLM reranker: the server's items per CPU second over a raw forward of the same prompts, what running a
+request's shared prompt prefix once saves, and what keeping the template head's cache across requests saves.
 
 The model is a random Qwen3 causal LM of bench size (4 layers, width 256, 16 heads; the smoke run's is tiny)
 with a byte-level BPE tokenizer trained on the corpus's words, served with the Qwen3-Reranker preset (a
@@ -11,11 +11,16 @@ cost what trained ones do.
   best batch (1, 2, 4 or 8 requests' prompts in the full run), in items per CPU second of this process.
 - shared prefix: one request's prompts (1 x 16 and 1 x 128 documents in the full run) forwarded with the
   prefix marked (it runs once, its key/value cache reused) and without (every prompt whole), CPU seconds
-  without over with.
+  without over with; both with no head kept, as before there was one.
+- head cache: one request of 1 x 16 documents, and 8 requests of 1 x 8 in one batch, forwarded with the
+  template head's kept key/value cache and without (no head: each request's prefix runs whole, the head
+  included, all the batch's prefixes in one forward), CPU seconds without over with.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +37,8 @@ from tests.tiny_models import build_qwen3_reranker
 DOCS_PER_REQUEST = 16
 REQUESTS = 32
 CONCURRENCY = 8
+QUERIES = queries(8, seed=5)  # the head cache's requests: one of 1 x 16, and 8 of 1 x 8 in one batch
+HEAD_REPEATS = 4  # forwards per timing: a 1 x 16 forward of the bench model is ~50 ms of CPU
 
 
 def build_model(folder: Path, width: int, layers: int) -> Path:
@@ -65,7 +72,13 @@ def run(ctx: Context) -> dict[str, Any]:
     items = window["metrics"]["batch_items"]
     per_cpu = items / max(window["cpu"]["server_cpu_s"], 1e-9)
     small, large = p.llm_prefix_sizes
-    prefix = {str(n): _prefix_speedup(backend, pool, n) for n in (small, large)}
+    with _no_head(backend):
+        prefix = {str(n): _prefix_speedup(backend, pool, n) for n in (small, large)}
+    eights = [_encode(backend, query, pool[8 * i : 8 * (i + 1)]) for i, query in enumerate(QUERIES)]
+    head = {
+        "one": _head_speedup(backend, [_encode(backend, QUERIES[0], pool[:DOCS_PER_REQUEST])]),
+        "batch": _head_speedup(backend, eights),
+    }
     return {
         "docs_per_request": DOCS_PER_REQUEST,
         "concurrency": CONCURRENCY,
@@ -81,6 +94,9 @@ def run(ctx: Context) -> dict[str, Any]:
         "prefix": prefix,
         "prefix_speedup_small": prefix[str(small)]["speedup"],
         "prefix_speedup_large": prefix[str(large)]["speedup"],
+        "head": head,
+        "head_speedup_one": head["one"]["speedup"],
+        "head_speedup_batch": head["batch"]["speedup"],
     }
 
 
@@ -131,4 +147,39 @@ def _prefix_speedup(backend: LLMRerankerBackend, pool: list[str], n: int) -> dic
         "speedup": without_s / with_s,
         "prefix_tokens": prefix.length if prefix else 0,
         "prompt_tokens": sum(item.cost for item in shared) / n,
+    }
+
+
+@contextmanager
+def _no_head(backend: LLMRerankerBackend) -> Iterator[None]:
+    """The backend with no template head while inside: every request's prefix runs whole, head included."""
+    heads = backend.heads
+    backend.heads = ()
+    try:
+        yield
+    finally:
+        backend.heads = heads
+
+
+def _head_speedup(backend: LLMRerankerBackend, requests: list[list[Encoded]]) -> dict[str, float]:
+    """CPU seconds of forwards of the requests' prompts (one batch) without a template head over with the
+    head's kept cache (warmed first), best of 3 each, alternating."""
+    batch = [item for request in requests for item in request]
+    backend.forward(batch)  # the head is run and kept
+    times: dict[str, list[float]] = {"with": [], "without": []}
+    for _ in range(3):
+        for name in ("with", "without"):
+            with _no_head(backend) if name == "without" else nullcontext():
+                start = Reading.take(None)
+                for _ in range(HEAD_REPEATS):
+                    backend.forward(batch)
+                times[name].append(Reading.take(None).minus(start)["own_cpu_s"])
+    with_s, without_s = min(times["with"]), min(times["without"])
+    return {
+        "with_cpu_s": with_s,
+        "without_cpu_s": without_s,
+        "speedup": without_s / with_s,
+        "head_tokens": len(backend.heads[0]),
+        "prompt_tokens": sum(item.cost for item in batch) / len(batch),
+        "requests": len(requests),
     }

@@ -1,16 +1,15 @@
-"""POST /v1/embeddings (OpenAI shape): one vector per input, as floats or base64 of little-endian float32."""
+"""POST /v1/embeddings (OpenAI shape): one vector per input, as floats or base64 of little-endian float32;
+``dimensions`` cuts it (Matryoshka) and ``prompt_name`` puts one of the model's saved prompts before each text."""
 
 from __future__ import annotations
 
-import base64
-import struct
-
 from scorekit.api.common import check_count, decode, now, response_id
+from scorekit.api.encodings import base64_of
 from scorekit.api.errors import Spelling, spelled
 from scorekit.api.state import ServerState
 from scorekit.http import Request, bad_request
 from scorekit.schemas import EmbeddingData, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
-from scorekit.tasks import EmbedOptions
+from scorekit.tasks import Dimensions, EmbedOptions, Prompt
 
 
 async def embeddings(request: Request) -> EmbeddingResponse:
@@ -18,16 +17,13 @@ async def embeddings(request: Request) -> EmbeddingResponse:
     body = await decode(request, EmbeddingRequest)
     model, engine = state.models.resolve(body.model)
     texts = _texts(body.input)
-    if body.dimensions is not None:
-        # No served model reports Matryoshka training; a cut vector from any other model is no embedding.
-        raise bad_request(
-            f"Model {model!r} does not support dimensions: its embeddings were not trained to be shortened "
-            "(Matryoshka representation), so a cut vector would lose what makes it an embedding. "
-            "Leave dimensions out to get the full vector.",
-            "dimensions",
-        )
     check_count(state, len(texts), "input")
-    options = EmbedOptions(body.truncate_prompt_tokens, body.truncation_side)
+    options = EmbedOptions(
+        body.truncate_prompt_tokens,
+        body.truncation_side,
+        dimensions=None if body.dimensions is None else Dimensions(body.dimensions),
+        prompt=None if body.prompt_name is None else Prompt(body.prompt_name),
+    )
     with spelled(Spelling("input")):
         result = await engine.embed(texts, options)
     as_base64 = body.encoding_format == "base64"
@@ -36,7 +32,7 @@ async def embeddings(request: Request) -> EmbeddingResponse:
         created=now(),
         model=model,
         data=[
-            EmbeddingData(index=i, embedding=_base64(vector) if as_base64 else vector)
+            EmbeddingData(index=i, embedding=base64_of(vector) if as_base64 else vector)
             for i, vector in enumerate(result.vectors)
         ],
         usage=EmbeddingUsage(prompt_tokens=result.prompt_tokens, total_tokens=result.prompt_tokens),
@@ -53,8 +49,3 @@ def _texts(given: str | list[str | int | list[int]]) -> list[str]:
     if len(texts) != len(given):
         raise bad_request("input as token ids is not supported; send the text itself.", "input")
     return texts
-
-
-def _base64(vector: list[float]) -> str:
-    """What OpenAI sends for encoding_format "base64": the float32 values, little-endian, base64-encoded."""
-    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")

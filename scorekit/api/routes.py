@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
+from scorekit.api.cohere_embed import COHERE_EMBED_API, cohere_embed
 from scorekit.api.embed import embed
 from scorekit.api.embeddings import embeddings
 from scorekit.api.generative import GENERATIVE_API, generative_scoring
@@ -13,6 +14,8 @@ from scorekit.api.score import SCORE_API, score
 from scorekit.api.service import health, load, metrics, models, openapi, version
 from scorekit.routing import Alias, Endpoint, Route
 from scorekit.schemas import (
+    CohereEmbedRequest,
+    CohereEmbedResponse,
     EmbeddingRequest,
     EmbeddingResponse,
     EmbedRequest,
@@ -83,7 +86,7 @@ ROUTES: tuple[Route | Alias, ...] = (
         embeddings,
         EmbeddingRequest,
         EmbeddingResponse,
-        "Embed texts (OpenAI shape): floats or base64.",
+        "Embed texts (OpenAI shape): floats or base64; dimensions and prompt_name.",
         api="Embeddings",
     ),
     Route(
@@ -92,8 +95,17 @@ ROUTES: tuple[Route | Alias, ...] = (
         embed,
         EmbedRequest,
         list[list[float]],
-        "Embed texts (TEI shape): a list of vectors.",
+        "Embed texts (TEI shape): a list of vectors; dimensions and prompt_name.",
         api="Embed",
+    ),
+    Route(
+        "POST",
+        "/v2/embed",
+        cohere_embed,
+        CohereEmbedRequest,
+        CohereEmbedResponse,
+        "Embed texts (Cohere's v2 shape): float, int8, uint8, binary, ubinary or base64 embeddings.",
+        api=COHERE_EMBED_API,
     ),
     _service("/health", health, "200 while every model's worker is alive.", public=True),
     _service("/load", load, "Scoring requests in flight.", returns=LoadResponse, public=True),

@@ -27,6 +27,14 @@ def usage_error(prog: str, message: str) -> NoReturn:
     sys.exit(2)
 
 
+def error_line(exc: Exception, *, own: bool = False) -> str:
+    """A start-up error in one line: scorekit's own errors (a ValueError, or ``own``) are their message, anything
+    else its type and first line."""
+    lines = str(exc).strip().splitlines() or [""]
+    message = lines[0] if own or isinstance(exc, ValueError) else f"{type(exc).__name__}: {lines[0]}".rstrip(": ")
+    return message.rstrip(".")
+
+
 class FlagError(Exception):
     """A check argparse cannot make failed: an environment variable's value, or MODEL against --model."""
 

@@ -1,5 +1,6 @@
 """``scorekit serve``'s flags into one :class:`~scorekit.settings.Settings` (and, with ``--ray``, one
-:class:`~scorekit.deploy.options.RayOptions`), every rule that needs no model checked while parsing."""
+:class:`~scorekit.deploy.options.RayOptions`), every rule that needs no model checked while parsing; ``scorekit
+check``'s into its one model (:mod:`scorekit.cli.check`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Sequence
 
 from scorekit import __version__
 from scorekit.choices import runtime_missing
+from scorekit.cli import check
 from scorekit.cli.flags import FlagError, Parser, nonempty, usage_error
 from scorekit.cli.table import FLAGS, RAY_FLAGS
 from scorekit.deploy.options import RayOptions
@@ -45,12 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
     ray = serve.add_argument_group("Ray Serve (with --ray)")
     for flag in RAY_FLAGS:
         flag.add_to(ray)
+    check.add_parser(commands)
     return parser
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """The flags, filled from the environment and checked; a bad one exits 2 with one line on stderr. Then
-    ``args.settings`` holds the settings and ``args.ray_options`` the Ray Serve options (None without --ray).
+    """The flags, filled from the environment and checked; a bad one exits 2 with one line on stderr. Then, for
+    ``serve``, ``args.settings`` holds the settings and ``args.ray_options`` the Ray Serve options (None without
+    --ray); for ``check``, ``args.spec`` the model (:mod:`scorekit.cli.check`).
 
     Bare ``scorekit`` prints the help and exits 0."""
     parser = build_parser()
@@ -59,9 +63,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.print_help()
         parser.exit(0)
     try:
-        _fill(args)
+        if args.command == "check":
+            check.fill(args)
+        else:
+            _fill(args)
     except FlagError as exc:
-        usage_error("scorekit serve", str(exc))
+        usage_error(f"scorekit {args.command}", str(exc))
     return args
 
 

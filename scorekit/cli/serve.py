@@ -8,18 +8,12 @@ import logging.config
 import os
 import socket
 import sys
-from collections.abc import Sequence
 from typing import NoReturn
 
 from scorekit.choices import UnfitRuntime, local_model
-from scorekit.cli.flags import usage_error
-from scorekit.cli.parser import parse
+from scorekit.cli.flags import error_line, usage_error
 from scorekit.connections import bind_listener
 from scorekit.logs import process_config, route_transformers
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return serve(parse(argv))
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -90,7 +84,5 @@ def _fail(exc: Exception, debug: bool, *, own: bool = False) -> NoReturn:
     With ``--debug``, the traceback as well."""
     if debug:
         raise exc
-    lines = str(exc).strip().splitlines() or [""]
-    message = lines[0] if own or isinstance(exc, ValueError) else f"{type(exc).__name__}: {lines[0]}".rstrip(": ")
-    print(f"scorekit: error: {message.rstrip('.')} (--debug shows the traceback)", file=sys.stderr)
+    print(f"scorekit: error: {error_line(exc, own=own)} (--debug shows the traceback)", file=sys.stderr)
     sys.exit(1)

@@ -27,7 +27,8 @@ from .bf16 import log_cpu_bf16
 from .bi_encoder import BiEncoderBackend
 from .causal_lm import CausalLMBackend
 from .cross_encoder import CrossEncoderBackend
-from .files import Source, kind_of, parse_device, parse_dtype
+from .description import Loading, Served, describe
+from .files import Detection, Source, kind_of, parse_device, parse_dtype
 from .listwise import ListwiseRerankerBackend
 from .llm_reranker import LLMRerankerBackend
 from .rerank_template import TEMPLATE_FILE
@@ -39,6 +40,7 @@ __all__ = [
     "BiEncoderBackend",
     "CausalLMBackend",
     "CrossEncoderBackend",
+    "Detection",
     "Encoded",
     "InputTooLong",
     "LLMRerankerBackend",
@@ -50,6 +52,7 @@ __all__ = [
     "TruncationSide",
     "TruncationTooLarge",
     "default_model_path",
+    "detect",
     "detect_kind",
     "load_backend",
     "load_spec",
@@ -64,21 +67,47 @@ def default_model_path() -> str:
 
 
 def detect_kind(path_or_name: str) -> ModelKind:
-    """Tell the kind from config.json's architectures; a plain encoder (or a sentence-transformers folder)
-    is a bi-encoder, but sentence-transformers' modular CrossEncoder (a backbone, then a head) a cross-encoder.
-    A causal LM is an LLM reranker when the checkpoint says so: a reranker template beside its weights, or
-    "rerank" in its name (Qwen/Qwen3-Reranker-4B, BAAI/bge-reranker-v2-gemma)."""
+    """The kind :func:`detect` finds."""
+    return detect(path_or_name).kind
+
+
+def detect(path_or_name: str) -> Detection:
+    """The kind from config.json's architectures, and what decided it; sentence-transformers' modular CrossEncoder
+    (a backbone, then a head) is a cross-encoder whatever its backbone's config says. A causal LM is an LLM
+    reranker when the checkpoint says so: a reranker template beside its weights, or "rerank" in its name
+    (Qwen/Qwen3-Reranker-4B, BAAI/bge-reranker-v2-gemma). A bare encoder (``BertModel``), or a Sentence-Transformers
+    folder (modules.json) of no other kind, is a bi-encoder. Anything else fits no kind and is refused in one line
+    naming what its config.json names: it is never served as a guess (``--model-kind`` says what to serve it as)."""
     source = Source(path_or_name)
     config: Any = source.read_json("config.json")
-    if config is None and source.read_json("modules.json") is None:
+    modules: Any = source.read_json("modules.json")
+    if config is None and modules is None:
         raise ValueError(f"Model {path_or_name!r} could not be loaded: it has no config.json.")
     if modular_transformer(source) is not None:  # a backbone's architectures, but a CrossEncoder's head after it
-        return "cross-encoder"
-    kind = kind_of((config or {}).get("architectures") or [])
-    named = "rerank" in path_or_name.rstrip("/").rsplit("/", 1)[-1].lower()
-    if kind == "causal-lm" and (named or source.read_json(TEMPLATE_FILE) is not None):
-        return "llm-reranker"
-    return kind
+        return Detection("cross-encoder", f"modules.json lists {_module_types(modules)} (a CrossEncoder's head)")
+    architectures = list((config or {}).get("architectures") or [])
+    named = f"config.json's architectures name {', '.join(architectures)}" if architectures else ""
+    kind = kind_of(architectures)
+    if kind == "causal-lm":
+        if source.read_json(TEMPLATE_FILE) is not None:
+            return Detection("llm-reranker", f"a causal LM ({named}) with {TEMPLATE_FILE} beside its weights")
+        if "rerank" in path_or_name.rstrip("/").rsplit("/", 1)[-1].lower():
+            return Detection("llm-reranker", f"a causal LM ({named}) with 'rerank' in its name")
+        return Detection("causal-lm", f"{named}, with no {TEMPLATE_FILE} and no 'rerank' in its name")
+    if kind in (None, "bi-encoder") and isinstance(modules, list) and modules:
+        return Detection("bi-encoder", f"modules.json lists {_module_types(modules)} (a Sentence-Transformers model)")
+    if kind is None:
+        raise ValueError(
+            f"Model {path_or_name!r} fits no kind scorekit serves: "
+            + (f"{named}" if named else "its config.json names no architecture")
+            + ", and it has no modules.json; --model-kind says what to serve it as (docs/models.md)."
+        )
+    return Detection(kind, named)
+
+
+def _module_types(modules: list[Any]) -> str:
+    """modules.json's module types in order, by their class names: "Transformer, Pooling, Normalize"."""
+    return ", ".join(str(module.get("type", "?")).rsplit(".", 1)[-1] for module in modules if isinstance(module, dict))
 
 
 def load_spec(spec: ModelSpec, *, weights: bool = True) -> Backend:
@@ -125,18 +154,22 @@ def load_backend(
 
     ``weights`` False loads the tokenizer, the config and the limits but no weights (the model on the meta
     device, its forward refused): the server's copy of a model that a model host process runs as asked, with
-    the same plans and card. The asked device and runtime are checked alike, and never touched."""
+    the same plans and card. The asked device and runtime are checked alike, and never touched.
+
+    The start-up log says how the model is served, one line each (:mod:`.description`), and the backend keeps
+    them (``described``) for ``scorekit check``."""
     started = time.monotonic()
     _check_runtime(runtime, kind, device, dtype)  # what can be refused before the model's files are read
     torch_device = parse_device(device) if weights else torch.device("meta")
     torch_dtype = parse_dtype(dtype, torch.device(device))
     model = local_model(model)
     source = Source(model, trust_remote_code=trust_remote_code)
-    chosen = kind or detect_kind(model)
+    detection = detect(model) if kind is None else Detection(kind, "--model-kind says so")
+    chosen = detection.kind
     if kind is None and (error := runtime_error(runtime, kind=chosen, device=device, dtype=dtype)) is not None:
         raise UnfitRuntime(error, model=model, kind=chosen)
     model_runtime = ModelRuntime(runtime if weights else "torch", cache_dir, callers)
-    backend: Backend
+    backend: Served
     match chosen:
         case "cross-encoder":
             backend = CrossEncoderBackend(source, device=torch_device, dtype=torch_dtype, runtime=model_runtime)
@@ -153,6 +186,7 @@ def load_backend(
             f"A reranker template was given, but model {model!r} is served as a {backend.kind}: "
             "give --model-kind llm-reranker to serve a causal LM as a reranker."
         )
+    own_length = backend.max_length
     if max_model_len is not None:
         if max_model_len > backend.max_length:
             raise ValueError(
@@ -164,15 +198,18 @@ def load_backend(
     if torch_device.type == "cpu" and runtime != "onnx":
         # After the load: a model that fails to load gets its one error line, not a hint about bf16 before it.
         log_cpu_bf16(torch_dtype)
-    logger.info(
-        "loaded %s (%s) on %s in %s in %.1f s; inputs up to %d tokens",
-        model,
-        backend.kind,
-        torch_device if weights else f"{device} (its weights: in its model host process)",
-        str(torch_dtype).removeprefix("torch."),
-        time.monotonic() - started,
-        backend.max_length,
+    loading = Loading(
+        model=model,
+        detection=detection,
+        device=str(torch_device) if weights else f"{device} (its weights: in its model host process)",
+        dtype=torch_dtype,
+        runtime=runtime,
+        seconds=time.monotonic() - started,
+        own_length=own_length,
     )
+    backend.described = describe(backend, loading)
+    for line in backend.described:
+        logger.info("%s", line)
     return backend
 
 

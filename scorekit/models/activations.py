@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -32,10 +32,12 @@ DEFAULT = "torch.nn.modules.activation.Sigmoid"
 
 @dataclass(frozen=True, slots=True)
 class Activation:
-    """The function from a logit to the score, and the path it was read as (or the default's)."""
+    """The function from a logit to the score, the path it was read as (or the default's), and how the start-up
+    log says which it is and where it was read."""
 
     path: str
     apply: Callable[[float], float]
+    said: str = ""
 
     def __call__(self, logit: float) -> float:
         return self.apply(logit)
@@ -47,12 +49,23 @@ def saved_activation(
     """The activation the model's files ask for (sentence-transformers' places, order and rules), else sigmoid:
     ``sentence_transformers`` is the parsed ``config_sentence_transformers.json`` (None without one)."""
     path = sentence_transformers.get("activation_fn") if isinstance(sentence_transformers, dict) else None
+    where = "config_sentence_transformers.json's activation_fn"
     if path is None:
         saved = getattr(config, "sentence_transformers", None)
         path = saved.get("activation_fn") if isinstance(saved, dict) else None
+        where = "config.json's sentence_transformers.activation_fn"
     if path is None:
         path = getattr(config, "sbert_ce_default_activation_function", None)
-    if path is None or path in _SIGMOID:
+        where = "config.json's sbert_ce_default_activation_function"
+    if path is None:
+        return Activation(DEFAULT, sigmoid, f"the default activation {DEFAULT} (none saved)")
+    chosen = _chosen(path, name, trust_remote_code=trust_remote_code)
+    return chosen if chosen.said else replace(chosen, said=f"its saved activation {chosen.path} ({where})")
+
+
+def _chosen(path: Any, name: str, *, trust_remote_code: bool) -> Activation:
+    """The activation a saved ``path`` makes, as sentence-transformers makes it."""
+    if path in _SIGMOID:
         return Activation(DEFAULT, sigmoid)
     if not isinstance(path, str):
         raise ValueError(f"Model {name!r} saved an activation that is not a dotted path: {path!r}.")
@@ -65,7 +78,7 @@ def saved_activation(
             name,
             path,
         )
-        return Activation(DEFAULT, sigmoid)
+        return Activation(DEFAULT, sigmoid, f"the default activation {DEFAULT} (its saved {path} is not torch's)")
     return Activation(path, _imported(path, name))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -14,12 +15,24 @@ from transformers import AutoModel
 from scorekit.errors import Place
 from scorekit.tasks import Chunking, Embeddings, EmbedOptions, PairOptions, PairScores, Window
 
-from .base import Checkpoint, Encoded, Encoding, ModelKind, Plan, TruncationSide, inference, located, no_checkpoint
+from .base import (
+    Checkpoint,
+    Encoded,
+    Encoding,
+    ModelKind,
+    Plan,
+    SharedPrefix,
+    TruncationSide,
+    inference,
+    located,
+    no_checkpoint,
+)
+from .embed_options import Matryoshka, SavedPrompts, prompt_length
 from .files import Source
 from .loaded import LoadedModel
 from .padding import pad_batch
 from .pairs import Pairing, check_pair_options
-from .pooling import pool, read_pooling
+from .pooling import pool, pools_prompt, read_pooling
 from .runtime import TORCH, ModelRuntime
 from .tokens import Meter
 from .truncation import cut_texts, encode_text_windows, encode_texts, limits
@@ -27,7 +40,8 @@ from .truncation import cut_texts, encode_text_windows, encode_texts, limits
 
 class BiEncoderBackend(LoadedModel):
     """An ``AutoModel`` plus the folder's pooling config; each text gets one pooled vector, normalised when
-    the folder's modules say so (``normalizes``) or the request asks, and always for a cosine."""
+    the folder's modules say so (``normalizes``) or the request asks, and always for a cosine. An embedding
+    request may put one of the model's saved prompts before its texts and cut its vectors (Matryoshka)."""
 
     chunks_documents = True  # scores a long document by its best window's cosine (tasks.Chunking)
     kind: ModelKind = "bi-encoder"
@@ -39,8 +53,18 @@ class BiEncoderBackend(LoadedModel):
         name = root.name
         transformer_path, pooling_path, self.normalizes = _read_modules(name)
         source = Source(name, transformer_path, root.trust_remote_code)
-        self.pooling = read_pooling(Source(name, pooling_path) if pooling_path is not None else None, name)
+        pooling_source = Source(name, pooling_path) if pooling_path is not None else None
+        self.pooling = read_pooling(pooling_source, name)
+        self.pools_prompt = pools_prompt(pooling_source)
+        self.prompts = SavedPrompts.read(Source(name))
+        # Where the pooling was read, for the start-up log.
+        self.pooling_from = (
+            "no Pooling module: mean, as sentence-transformers pools a plain encoder"
+            if pooling_path is None
+            else f"{pooling_path}/config.json".lstrip("/")
+        )
         model = self.load(AutoModel, source, device, dtype)
+        self.matryoshka = Matryoshka.of(model.config)
         self._forward = runtime.forward(model, "last_hidden_state", self._tokenizer.model_input_names)
         self._model = model if runtime.runs_the_module else None
 
@@ -140,22 +164,33 @@ class BiEncoderBackend(LoadedModel):
         return Plan(count=len(queries) + len(documents), chars=sum(map(len, queries + documents)), encode=encode)
 
     def plan_embed(self, texts: list[str], options: EmbedOptions) -> Plan[Embeddings]:
-        """Each distinct text is run once; usage counts every input's tokens, repeats included (as vLLM)."""
+        """Each distinct text is run once; usage counts every input's tokens, repeats included (as vLLM), the
+        prompt's too. The prompt goes before each text as sentence-transformers' ``encode(prompt_name=...)``
+        puts it; ``dimensions`` cuts the pooled vector before it is normalized (``truncate_dim``, then
+        ``normalize_embeddings``). Both are checked here, before any tokenizing."""
         distinct = list(dict.fromkeys(texts))
         row_of = {text: i for i, text in enumerate(distinct)}
         normalize = self.normalizes if options.normalize is None else options.normalize
+        size = None if options.dimensions is None else self.matryoshka.check(options.dimensions)
+        prompt = self.prompts.text(options.prompt)
+        # With include_prompt false the prompt's tokens are masked out of pooling (see ``forward``).
+        skipped = SharedPrefix(prompt_length(self._tokenizer, prompt)) if prompt and not self.pools_prompt else None
 
         def finish(inputs: list[Encoded], outputs: list[torch.Tensor]) -> Embeddings:
-            rows: list[list[float]] = _finish(outputs, normalize=normalize).tolist()
+            rows: list[list[float]] = _finish(outputs, normalize=normalize, size=size).tolist()
             tokens = sum(inputs[row_of[text]].cost for text in texts)
             return Embeddings([rows[row_of[text]] for text in texts], tokens)
 
         def encode(checkpoint: Checkpoint) -> Encoding[Embeddings]:
+            prompted = [prompt + text for text in distinct]
             with located(lambda row, _: ((1, texts.index(distinct[row])),)):
-                encoded = self.encode_texts(distinct, options.truncate, options.side, checkpoint)
+                encoded = self.encode_texts(prompted, options.truncate, options.side, checkpoint)
+            if skipped is not None:
+                encoded = [replace(item, prefix=skipped) for item in encoded]
             return Encoding(encoded, lambda outputs: finish(encoded, outputs))
 
-        return Plan(count=len(distinct), chars=sum(map(len, distinct)), encode=encode)
+        chars = sum(map(len, distinct)) + len(prompt) * len(distinct)
+        return Plan(count=len(distinct), chars=chars, encode=encode)
 
     def encode_texts(
         self,
@@ -183,14 +218,25 @@ class BiEncoderBackend(LoadedModel):
             return []
         inputs = pad_batch(batch, self._pad_id, self._device)
         hidden = self._forward(inputs).float()
-        pooled = pool(self.pooling, hidden, inputs["attention_mask"]).cpu()
+        pooled = pool(self.pooling, hidden, _pooled_mask(inputs["attention_mask"], batch)).cpu()
         return list(pooled.unbind())
 
 
-def _finish(outputs: list[torch.Tensor], *, normalize: bool) -> torch.Tensor:
-    """The embeddings, one row per output: what sentence-transformers' Normalize module does, when asked
-    (in place: a request's rows are stacked once, not copied again)."""
-    pooled = torch.stack(outputs)
+def _pooled_mask(mask: torch.Tensor, batch: Sequence[Encoded]) -> torch.Tensor:
+    """The tokens pooling reads: the attention mask, less the leading tokens of a prompt that sentence-transformers'
+    Pooling leaves out (``include_prompt: false``; only such inputs carry them, as their ``prefix``)."""
+    skip = [item.prefix.length if item.prefix is not None else 0 for item in batch]
+    if not any(skip):
+        return mask
+    places = torch.arange(mask.shape[1], device=mask.device)
+    return mask * (places >= torch.tensor(skip, device=mask.device)[:, None])
+
+
+def _finish(outputs: list[torch.Tensor], *, normalize: bool, size: int | None = None) -> torch.Tensor:
+    """The embeddings, one row per output, each cut to its first ``size`` values when asked (Matryoshka), then
+    normalized as sentence-transformers' Normalize module does, when asked (in place: a request's rows are
+    stacked once, not copied again)."""
+    pooled = torch.stack(outputs if size is None else [output[:size] for output in outputs])
     return functional.normalize(pooled, p=2, dim=1, out=pooled) if normalize else pooled
 
 

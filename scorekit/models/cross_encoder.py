@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 import torch
@@ -10,7 +9,7 @@ from transformers import AutoModel, AutoModelForSequenceClassification
 
 from scorekit.tasks import PairOptions, PairScores
 
-from .activations import DEFAULT, saved_activation
+from .activations import saved_activation
 from .base import Checkpoint, Encoded, ModelKind, Plan, TruncationSide, inference, no_checkpoint
 from .files import Source
 from .loaded import LoadedModel
@@ -21,8 +20,6 @@ from .st_head import ModularCrossEncoder, modular_transformer, read_head
 from .tokens import Meter
 from .truncation import cut_texts, encode_pair_windows, encode_pairs, limits
 from .windows import Spans, plan_windowed_pairs
-
-logger = logging.getLogger("scorekit.models")
 
 
 class CrossEncoderBackend(LoadedModel):
@@ -68,8 +65,6 @@ class CrossEncoderBackend(LoadedModel):
             self.name,
             trust_remote_code=source.trust_remote_code,
         )
-        if self.activation.path != DEFAULT:
-            logger.info("cross-encoder %s scores with its saved activation %s", self.name, self.activation.path)
 
     def plan_pairs(self, side1: list[str], side2: list[str], options: PairOptions) -> Plan[PairScores]:
         """Each distinct pair runs once; its score is the activation of its logit (or the raw logit)."""

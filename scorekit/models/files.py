@@ -148,15 +148,27 @@ def load_tokenizer(source: Source) -> PreTrainedTokenizerBase:
     return cast(PreTrainedTokenizerBase, tokenizer)
 
 
-def kind_of(architectures: Sequence[str]) -> ModelKind:
-    """The kind a config's ``architectures`` name; a plain encoder (or none named) is a bi-encoder."""
+@dataclass(frozen=True, slots=True)
+class Detection:
+    """The kind a model is served as, and why: the file or field that decided it (or ``--model-kind``), in the
+    words of the start-up log and ``scorekit check``."""
+
+    kind: ModelKind
+    why: str
+
+
+def kind_of(architectures: Sequence[str]) -> ModelKind | None:
+    """The kind a config's ``architectures`` name: a bare encoder (``BertModel``) is a bi-encoder; None for one
+    that fits no kind (``BertForMaskedLM``, ``T5ForConditionalGeneration``) or none named."""
     if "JinaForRanking" in architectures:  # jina-reranker-v3: a Qwen3 backbone and a projector (models/listwise.py)
         return "listwise-reranker"
     if any(name.endswith("ForSequenceClassification") for name in architectures):
         return "cross-encoder"
     if any(name.endswith(("ForCausalLM", "LMHeadModel")) for name in architectures):
         return "causal-lm"
-    return "bi-encoder"
+    if any(name.endswith("Model") for name in architectures):
+        return "bi-encoder"
+    return None
 
 
 def load_model(
@@ -167,7 +179,7 @@ def load_model(
     Refuses a model that transformers had to complete with random weights (a cross-encoder folder loaded as a
     causal LM gets a random LM head): it would serve scores that mean nothing, with no error anywhere.
     """
-    with loading(source.name), _quiet_loading():
+    with loading(source.name), quiet_loading():
         loaded = auto_class.from_pretrained(
             source.name, dtype=dtype, output_loading_info=True, **source.pretrained_kwargs()
         )
@@ -188,11 +200,12 @@ def _check_trained(model: PreTrainedModel, missing: Iterable[str], name: str, ki
     architectures = list(getattr(model.config, "architectures", None) or [])
     detected = kind_of(architectures)
     named = ", ".join(architectures) or "no architecture"
-    why = (
-        f"its config.json names {named}, which is a {detected}: leave the model kind out to detect it"
-        if detected != kind
-        else f"the checkpoint lacks them, though its config.json names {named}"
-    )
+    if detected is None:
+        why = f"its config.json names {named}, which fits no kind scorekit serves"
+    elif detected != kind:
+        why = f"its config.json names {named}, which is a {detected}: leave the model kind out to detect it"
+    else:
+        why = f"the checkpoint lacks them, though its config.json names {named}"
     shown = ", ".join(random[:3]) + (", ..." if len(random) > 3 else "")
     raise ValueError(
         f"Model {name!r} cannot be served as a {kind}: {len(random)} of the weights a {kind} needs would be random"
@@ -201,7 +214,7 @@ def _check_trained(model: PreTrainedModel, missing: Iterable[str], name: str, ki
 
 
 @contextmanager
-def _quiet_loading() -> Iterator[None]:
+def quiet_loading() -> Iterator[None]:
     """transformers draws a "Loading weights" bar on stderr, and logs a table of the checkpoint's keys its class
     does not use (a listwise reranker's projector, which scorekit reads apart), both noise in a server's log:
     what matters of a load is :func:`_check_trained`'s one line."""
@@ -221,15 +234,17 @@ def _no_load_report(record: logging.LogRecord) -> bool:
     return "LOAD REPORT" not in record.getMessage()
 
 
-def read_max_length(source: Source, tokenizer: PreTrainedTokenizerBase, config: PretrainedConfig) -> int:
-    """The longest input the model takes, as sentence-transformers computes it."""
+def read_max_length(source: Source, tokenizer: PreTrainedTokenizerBase, config: PretrainedConfig) -> tuple[int, str]:
+    """The longest input the model takes, as sentence-transformers computes it, and where it was read."""
+    folder = f"{source.subfolder}/" if source.subfolder else ""
     st_config = source.read_json("sentence_bert_config.json")
     if isinstance(st_config, dict) and isinstance(st_config.get("max_seq_length"), int):
-        return int(st_config["max_seq_length"])
-    limits = [int(tokenizer.model_max_length)]
+        return int(st_config["max_seq_length"]), f"{folder}sentence_bert_config.json's max_seq_length"
+    limits = {"the tokenizer's model_max_length": int(tokenizer.model_max_length)}
     positions = getattr(config.get_text_config(), "max_position_embeddings", None)
     if isinstance(positions, int) and positions > 0:
-        limits.append(positions)
-    if min(limits) >= _NO_LIMIT:
+        limits[f"{folder}config.json's max_position_embeddings"] = positions
+    where, length = min(limits.items(), key=lambda item: item[1])
+    if length >= _NO_LIMIT:
         raise ValueError(f"Model {source.name!r} states no maximum input length.")
-    return min(limits)
+    return length, where

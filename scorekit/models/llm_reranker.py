@@ -3,15 +3,16 @@ logits of the template's label tokens ("yes"/"no") at the prompt's last position
 
 Every prompt of a request starts with the same tokens (system prompt, instruction, query): the longest such
 run is marked as the request's :class:`SharedPrefix`, and a batch runs it once and reuses its key/value
-cache for every prompt that shares it. The prompts are the same token sequences either way, so scores agree
-with a plain forward of each prompt to float rounding.
+cache for every prompt that shares it. The template's head, the tokens before the query that every request
+repeats, runs once per model: its key/value cache is kept across requests (:mod:`.prefix_cache`). The prompts
+are the same token sequences either way, so scores agree with a plain forward of each prompt to float rounding.
 """
 
 from __future__ import annotations
 
 import inspect
-import logging
 from array import array
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,17 +23,16 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerBase
 from scorekit.errors import InputTooLong, InvalidRequest, NoRoomForDocument
 from scorekit.tasks import PairOptions, PairScores
 
-from .base import Encoded, Limits, ModelKind, Plan, SharedPrefix, inference, token_array
+from .base import Encoded, Limits, ModelKind, Plan, SharedPrefix, inference, no_checkpoint, token_array
 from .files import Source
 from .loaded import LoadedModel
 from .padding import padded
 from .pairs import check_pair_options, sigmoid
+from .prefix_cache import HeadCache
 from .rerank_template import TEMPLATE_FILE, resolve_template
 from .tokens import Meter
 from .truncation import check_chars, cut_texts, limits
 from .windows import Spans, plan_windowed_pairs, token_windows
-
-logger = logging.getLogger("scorekit.models")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +65,18 @@ class LLMRerankerBackend(LoadedModel):
         # transformers renamed past_key_values to cache; a model's own code may still take the old name.
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
         model_type = getattr(model.config, "model_type", None)
-        self.template, origin = resolve_template(template, source.read_json(TEMPLATE_FILE), model_type, name)
-        logger.info("reranker template of %s: %s; labels %s", name, origin, " and ".join(self.template.labels))
+        # Where the template came from, which the start-up lines say (models/description.py).
+        self.template, self.template_origin = resolve_template(
+            template, source.read_json(TEMPLATE_FILE), model_type, name
+        )
         self._labels = tuple(_token_id(tokenizer, label, name) for label in self.template.labels)
         if self.template.bos and tokenizer.bos_token_id is None:
             raise ValueError(f"Model {name!r}: its reranker template starts with BOS, but the tokenizer has none.")
         self._model = model
+        # Tokenized here, run on the first forward that needs them: a weightless copy (--model-host process) never
+        # runs one, and its forward is refused anyway.
+        self.heads = self._template_heads()
+        self.head_cache = HeadCache(model.config)
 
     def plan_pairs(self, side1: list[str], side2: list[str], options: PairOptions) -> Plan[PairScores]:
         """Each distinct pair's prompt (or each window of it, with chunking) runs once."""
@@ -181,46 +187,123 @@ class LLMRerankerBackend(LoadedModel):
         values = output.tolist()
         return float(values[0]) if len(values) == 1 else float(values[1] - values[0])
 
+    def _template_heads(self) -> tuple[array[int], ...]:
+        """The heads whose key/value caches are kept across requests, longest first: the prompt's tokens before
+        its query and document when a request gives no instruction (the template's own fills the slot), and
+        before its first slot when it gives one.
+
+        Why these, and not the longest prefix that requests happen to repeat: they are known before any request,
+        from the template alone, and every request of its kind starts with one, so a model keeps one or two
+        caches, each run once; a request's own instruction and query run once per batch as its shared prefix.
+        Each is the common start of two prompts that differ in every slot (segments tokenized apart and joined,
+        as every prompt is), and a batch matches a prompt to a head by its token ids, so a prompt whose
+        tokenization differs there just runs without one: scores never depend on the match."""
+        meter = Meter(no_checkpoint)
+        default = [self._prompts([text], [text], None, meter)[0].ids for text in ("a", "b")]
+        given = [self._prompts([text], [text], text, meter)[0].ids for text in ("a", "b")]
+        heads = {head.tobytes(): head for head in (_common_start(*default), _common_start(*given)) if head}
+        return tuple(sorted(heads.values(), key=len, reverse=True))
+
     @inference
     def forward(self, batch: Sequence[Encoded]) -> list[torch.Tensor]:
-        """The label logits at each prompt's last token; prompts sharing a prefix run it once."""
-        groups: dict[SharedPrefix | None, list[int]] = {}
+        """The label logits at each prompt's last token; a head and a request's shared prefix run once."""
+        parts: dict[bytes, tuple[array[int], list[int]]] = {}
         for row, item in enumerate(batch):
-            groups.setdefault(item.prefix, []).append(row)
+            head = self._head_of(item.input_ids)
+            parts.setdefault(head.tobytes(), (head, []))[1].append(row)
         outputs: list[torch.Tensor] = [torch.empty(0)] * len(batch)
-        for prefix, rows in groups.items():
-            length = prefix.length if prefix is not None and len(rows) > 1 else 0
-            logits = self._last_logits([batch[row].input_ids for row in rows], length)
+        for head, rows in parts.values():
+            logits = self._last_logits([batch[row] for row in rows], head)
             for row, values in zip(rows, logits.cpu().unbind(), strict=True):
                 outputs[row] = values
         return outputs
 
-    def _last_logits(self, prompts: list[array[int]], shared: int) -> torch.Tensor:
-        """Label logits at the last token of each prompt; their first ``shared`` tokens are the same and run once.
+    def _head_of(self, ids: array[int]) -> array[int]:
+        """The longest of the template's heads that ``ids`` starts with and outlasts (empty: none)."""
+        return next((head for head in self.heads if len(ids) > len(head) and ids[: len(head)] == head), _NO_HEAD)
 
-        The rest of each prompt is left-padded, so every last token is at the last position and the model
-        computes logits there only; position ids count real tokens, so the padding moves nothing."""
-        cache_kwargs: dict[str, Any] = {}
-        if shared:
-            prefix = torch.tensor([prompts[0][:shared].tolist()], device=self._device)
-            output = self._model(input_ids=prefix, use_cache=True, logits_to_keep=1)
-            cache = getattr(output, self._cache_argument)
-            cache.batch_repeat_interleave(len(prompts))
-            cache_kwargs = {self._cache_argument: cache}
-        ids, real = padded([prompt[shared:] for prompt in prompts], self._pad_id, left=True)
-        ids, real = ids.to(self._device), real.to(self._device)
-        mask = torch.cat([torch.ones(len(prompts), shared, dtype=real.dtype, device=self._device), real], dim=1)
-        positions = shared + (real.cumsum(dim=1) - 1).clamp(min=0)
-        logits = self._model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            logits_to_keep=1,
-            use_cache=bool(shared),
-            **cache_kwargs,
-        ).logits
+    def _last_logits(self, batch: list[Encoded], head: array[int]) -> torch.Tensor:
+        """Label logits at the last token of each prompt, all starting with ``head`` (maybe empty).
+
+        Three steps, each once for the whole batch: the head (its kept cache, or run once and kept), every
+        request's shared prefix after the head (one row per request, the rows left-padded), then every prompt's
+        rest (left-padded too). So every last token is at the last position and the model computes logits
+        there only; position ids count real tokens and the mask hides the padding, so it moves nothing. One
+        forward of all the requests' prefixes took less CPU than one per request (docs/benchmarks.md)."""
+        skip = len(head)
+        requests, of_row = _requests(batch, skip)
+        rows = torch.tensor(of_row)
+        ids, before = padded([batch[row].input_ids[skip:length] for length, row in requests], self._pad_id, left=True)
+        over_head = torch.ones(len(requests), skip, dtype=torch.long)
+        cache = self._head(head, len(requests)) if skip else None
+        if ids.shape[1]:
+            cache = getattr(self._run(ids, over_head, before, skip, cache, use_cache=True), self._cache_argument)
+        if cache is not None:
+            cache.batch_select_indices(rows.to(self._device))
+        rests = [item.input_ids[requests[r][0] :] for item, r in zip(batch, of_row, strict=True)]
+        ids, real = padded(rests, self._pad_id, left=True)
+        earlier = torch.cat([over_head[rows], before[rows]], dim=1)
+        offset = skip + before.sum(dim=1, keepdim=True)[rows]
+        logits = self._run(ids, earlier, real, offset, cache, use_cache=cache is not None).logits
         labels: torch.Tensor = logits[:, -1, list(self._labels)]
         return labels.float()
+
+    def _head(self, head: array[int], rows: int) -> Any:
+        """A new cache of ``head`` for ``rows`` rows, from the model's kept caches (run first, if not kept)."""
+
+        def run() -> Any:
+            ids = torch.tensor([head.tolist()], device=self._device)
+            return getattr(self._model(input_ids=ids, use_cache=True, logits_to_keep=1), self._cache_argument)
+
+        return self.head_cache.fetch(head.tobytes(), rows, run)
+
+    def _run(
+        self,
+        ids: torch.Tensor,
+        earlier: torch.Tensor,
+        real: torch.Tensor,
+        offset: int | torch.Tensor,
+        cache: Any,
+        *,
+        use_cache: bool,
+    ) -> Any:
+        """The model on left-padded ``ids`` (``real`` marks their real tokens) after ``cache``'s tokens
+        (``earlier`` marks its real ones), ``offset`` real tokens after each row's start."""
+        positions = offset + (real.cumsum(dim=1) - 1).clamp(min=0)
+        extra = {} if cache is None else {self._cache_argument: cache}
+        return self._model(
+            input_ids=ids.to(self._device),
+            attention_mask=torch.cat([earlier, real], dim=1).to(self._device),
+            position_ids=positions.to(self._device),
+            logits_to_keep=1,
+            use_cache=use_cache,
+            **extra,
+        )
+
+
+_NO_HEAD: array[int] = token_array(())
+
+
+def _common_start(first: list[int], second: list[int]) -> array[int]:
+    """The tokens both start with."""
+    length = min(len(first), len(second))
+    return token_array(first[: next((i for i in range(length) if first[i] != second[i]), length)])
+
+
+def _requests(batch: list[Encoded], head: int) -> tuple[list[tuple[int, int]], list[int]]:
+    """The batch's requests, each as (the tokens its prompts share, at least ``head``; one of its rows), and each
+    row's request. Prompts that share only the head (their request has one prompt here) count as one request."""
+    counts = Counter(item.prefix for item in batch)
+    index: dict[SharedPrefix | None, int] = {}
+    requests: list[tuple[int, int]] = []
+    of_row = []
+    for row, item in enumerate(batch):
+        prefix = item.prefix if counts[item.prefix] > 1 else None
+        if prefix not in index:
+            index[prefix] = len(requests)
+            requests.append((head if prefix is None else max(prefix.length, head), row))
+        of_row.append(index[prefix])
+    return requests, of_row
 
 
 def _characters(prompt: _Prompt, start: int, end: int) -> tuple[int, int]:

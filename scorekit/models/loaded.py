@@ -25,6 +25,8 @@ class LoadedModel:
     kind: ModelKind
     name: str
     max_length: int
+    length_from: str  # where max_length was read (the start-up log says it)
+    described: tuple[str, ...] = ()  # how it is served, in the start-up log's lines (models/description.py)
     vocab_size: int
     _tokenizer: PreTrainedTokenizerBase
     _tokens: TextTokenizer
@@ -45,7 +47,7 @@ class LoadedModel:
         self._device = device
         self._pad_id = pad_token_id(self._tokenizer)
         self.name = source.name
-        self.max_length = read_max_length(source, self._tokenizer, model.config)
+        self.max_length, self.length_from = read_max_length(source, self._tokenizer, model.config)
         self.vocab_size = model.config.get_text_config().vocab_size
         return model
 

@@ -31,16 +31,26 @@ LEGACY_FLAGS = {
 
 
 def pool(mode: Pooling, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """sentence-transformers' pooling over right-padded rows (padding is where ``mask`` is 0)."""
+    """sentence-transformers' pooling over right-padded rows (padding is where ``mask`` is 0). ``cls`` takes the
+    first token the mask keeps and ``lasttoken`` the last, as sentence-transformers does: the first is [CLS]
+    unless a prompt's tokens are masked out of pooling (``include_prompt: false``)."""
+    rows = torch.arange(hidden.shape[0], device=hidden.device)
     if mode == "cls":
-        return hidden[:, 0]
+        return hidden[rows, mask.argmax(dim=1)]
     if mode == "lasttoken":
-        return hidden[torch.arange(hidden.shape[0]), mask.sum(dim=1) - 1]
+        return hidden[rows, mask.shape[1] - 1 - mask.flip(1).argmax(dim=1)]
     weights = mask.unsqueeze(-1).to(hidden.dtype)
     if mode == "max":
         return hidden.masked_fill(weights == 0, float("-inf")).max(dim=1).values
     summed, count = (hidden * weights).sum(dim=1), weights.sum(dim=1).clamp(min=1e-9)
     return summed / (count.sqrt() if mode == "mean_sqrt_len_tokens" else count)
+
+
+def pools_prompt(folder: Source | None) -> bool:
+    """The Pooling module's ``include_prompt``: false leaves a prompt's tokens out of the pooled vector (what
+    INSTRUCTOR-style models are trained with); true when the config does not say."""
+    config: Any = None if folder is None else folder.read_json("config.json")
+    return not isinstance(config, dict) or config.get("include_prompt", True) is not False
 
 
 def read_pooling(folder: Source | None, name: str) -> Pooling:

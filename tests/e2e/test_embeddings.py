@@ -188,7 +188,7 @@ def test_a_cross_encoder_cannot_embed(cross_encoder: Live) -> None:
     ("path", "body", "param"),
     [
         ("/v1/embeddings", {"input": []}, "input"),
-        ("/v1/embeddings", {"input": "x", "dimensions": 128}, "dimensions"),
+        ("/v1/embeddings", {"input": "x", "dimensions": 385}, "dimensions"),
         ("/v1/embeddings", {"input": [[101, 2054, 102]]}, "input"),
         ("/v1/embeddings", {"input": [101, 2054, 102]}, "input"),
         ("/v1/embeddings", {"input": 3}, "body.input"),
@@ -209,5 +209,7 @@ def test_bad_embedding_requests_are_a_400_naming_the_field(minilm: Live, path: s
 
 def test_the_dimensions_refusal_says_why(minilm: Live) -> None:
     with pytest.raises(openai.BadRequestError) as raised:
-        _openai(minilm).embeddings.create(model="", input="x", dimensions=128)
-    assert "Matryoshka" in str(raised.value) and "dimensions" in str(raised.value)
+        _openai(minilm).embeddings.create(model="", input="x", dimensions=385)
+    assert "dimensions must be between 1 and 384 (the model's embedding size)" in str(raised.value)
+    cut = _openai(minilm).embeddings.create(model="", input="x", dimensions=128)  # the SDK's own field
+    assert len(cut.data[0].embedding) == 128
