@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from scorekit.cli import parse
-from scorekit.settings import Settings
+from scorekit.settings import MODEL_KINDS, Settings
 
 
 @pytest.fixture(autouse=True)
@@ -181,7 +181,8 @@ def test_help_lists_choices_examples_and_real_defaults(capsys: pytest.CaptureFix
     text = capsys.readouterr().out
     assert "default: None" not in text
     assert "{auto,float32,float16,bfloat16}" in text
-    assert "{cross-encoder,bi-encoder,causal-lm,llm-reranker}" in text
+    assert "{" + ",".join(MODEL_KINDS) + "}" in text  # every kind, the listwise reranker's too
+    assert {"cross-encoder", "bi-encoder", "causal-lm", "llm-reranker", "listwise-reranker"} <= set(MODEL_KINDS)
     assert "cpu, cuda or cuda:N" in text
     assert "examples:" in text and text.count("scorekit serve ") >= 4
     assert "SCOREKIT_MAX_BATCH_SIZE" in text and "[MODEL]" in text
