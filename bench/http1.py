@@ -11,8 +11,11 @@ import asyncio
 HOST = "127.0.0.1"
 
 
-def encode_request(method: str, path: str, body: bytes | None = None) -> bytes:
+def encode_request(method: str, path: str, body: bytes | None = None, key: str | None = None) -> bytes:
+    """The request's bytes; with ``key``, it carries ``Authorization: Bearer <key>``."""
     head = f"{method} {path} HTTP/1.1\r\nHost: {HOST}\r\n"
+    if key is not None:
+        head += f"Authorization: Bearer {key}\r\n"
     if body is None:
         return (head + "\r\n").encode()
     head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"

@@ -5,6 +5,7 @@ bounded twice, by a request count and by a deadline, so a stuck server cannot ha
 
     python -m bench.loadgen closed --port P --spec FILE --concurrency 32 --warmup 1.5 --window 8
     python -m bench.loadgen fairness --port P --small FILE --big FILE --alone 40
+    python -m bench.loadgen two_keys --port P --small FILE --flood FILE --quiet-key K1 --flood-key K2 --concurrency 32
     python -m bench.loadgen abort --port P --spec FILE --after-batches 3
     python -m bench.loadgen single --port P --spec FILE
 """
@@ -31,9 +32,9 @@ from bench.stats import summary, summary_ms
 DRAIN_S = 60.0
 
 
-def load_spec(path: str) -> tuple[str, list[bytes]]:
+def load_spec(path: str, key: str | None = None) -> tuple[str, list[bytes]]:
     spec = json.loads(Path(path).read_text())
-    return spec["path"], [encode_request("POST", spec["path"], json.dumps(b).encode()) for b in spec["bodies"]]
+    return spec["path"], [encode_request("POST", spec["path"], json.dumps(b).encode(), key) for b in spec["bodies"]]
 
 
 def model_items(path: str) -> int:
@@ -259,6 +260,58 @@ async def fairness(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+async def flood(port: int, requests: list[bytes], concurrency: int, stop: asyncio.Event) -> int:
+    """``concurrency`` connections, each sending its next request as the last returns, until ``stop`` (each ends
+    with the request it has in flight); how many were answered."""
+    answered = 0
+
+    async def loop(index: int) -> None:
+        nonlocal answered
+        connection, k = Connection(port), index
+        try:
+            while not stop.is_set():
+                status, _ = await connection.request(requests[k % len(requests)])
+                if status != 200:
+                    raise RuntimeError(f"the flood was answered {status}")
+                answered, k = answered + 1, k + concurrency
+        finally:
+            connection.close()
+
+    await asyncio.gather(*(loop(i) for i in range(concurrency)))
+    return answered
+
+
+async def two_keys(args: argparse.Namespace) -> dict[str, Any]:
+    """One key's 1-document probes alone; then beside another key's flood (``--concurrency`` connections in closed
+    loops), with the quiet key's own credentials; then, still beside the flood, with the flooding key's (the
+    control: one key, so no fair share between the probes and the flood); then alone again."""
+    _, quiet = load_spec(args.small, args.quiet_key)
+    _, same = load_spec(args.small, args.flood_key)
+    _, flooding = load_spec(args.flood, args.flood_key)
+    await probe(args.port, quiet[0], 3, time.perf_counter() + 30, None)  # warm-up
+    alone = await probe(args.port, quiet[0], args.alone, time.perf_counter() + args.timeout, None)
+    stop = asyncio.Event()
+    flooded = asyncio.create_task(flood(args.port, flooding, args.concurrency, stop))
+    await asyncio.sleep(args.flood_warmup_s)
+    started = await scrape(args.port)
+    loaded = await probe(args.port, quiet[0], 1_000_000, time.perf_counter() + args.probe_seconds, None)
+    control = await probe(args.port, same[0], 1_000_000, time.perf_counter() + args.probe_seconds, None)
+    during = (await scrape(args.port)).minus(started)
+    stop.set()
+    answered = await asyncio.wait_for(flooded, timeout=args.timeout)
+    await settle(args.port, quiet_s=0.3, limit_s=args.timeout)
+    after = await probe(args.port, quiet[0], args.alone, time.perf_counter() + args.timeout, None)
+    return {
+        "alone_ms": summary_ms(alone),
+        "alone_after_ms": summary_ms(after),
+        "loaded_ms": summary_ms(loaded),
+        "same_key_ms": summary_ms(control),
+        "flood_answered": answered,
+        "flood_items_per_s": during["batch_items"] / max(during["seconds"], 1e-9),
+        "batch_items": during["batch_items"] / max(during["batches"], 1),
+    }
+
+
 def _cores(cpu: dict[str, float], key: str = "server_cpu_s") -> float:
     return cpu[key] / max(cpu["wall_s"], 1e-9)
 
@@ -312,11 +365,11 @@ async def single(args: argparse.Namespace) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.loadgen")
     commands = parser.add_subparsers(dest="command", required=True)
-    for name in ("closed", "fairness", "abort", "single"):
+    for name in ("closed", "fairness", "two_keys", "abort", "single"):
         sub = commands.add_parser(name)
         sub.add_argument("--port", type=int, required=True)
         sub.add_argument("--timeout", type=float, default=120.0)
-        if name != "fairness":
+        if name not in ("fairness", "two_keys"):
             sub.add_argument("--spec", required=True)
     closed_cmd = commands.choices["closed"]
     closed_cmd.add_argument("--concurrency", type=int, default=1)
@@ -334,11 +387,20 @@ def build_parser() -> argparse.ArgumentParser:
     fair.add_argument("--probe-seconds", type=float, default=15.0)
     fair.add_argument("--big-alone-s", type=float, default=2.0, help="seconds the huge request runs alone")
     fair.add_argument("--pid", type=int, help="the server's pid, to read its CPU time in each phase")
+    keys = commands.choices["two_keys"]
+    keys.add_argument("--small", required=True, help="the quiet key's probe")
+    keys.add_argument("--flood", required=True, help="the flooding key's requests, sent round-robin")
+    keys.add_argument("--quiet-key", required=True)
+    keys.add_argument("--flood-key", required=True)
+    keys.add_argument("--concurrency", type=int, default=32, help="the flood's connections")
+    keys.add_argument("--alone", type=int, default=40)
+    keys.add_argument("--probe-seconds", type=float, default=15.0, help="each of the two loaded probe phases")
+    keys.add_argument("--flood-warmup-s", type=float, default=1.0)
     commands.choices["abort"].add_argument("--after-batches", type=int, default=3)
     return parser
 
 
-COMMANDS = {"closed": closed, "fairness": fairness, "abort": abort, "single": single}
+COMMANDS = {"closed": closed, "fairness": fairness, "two_keys": two_keys, "abort": abort, "single": single}
 
 
 def main(argv: list[str] | None = None) -> int:

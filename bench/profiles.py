@@ -35,6 +35,7 @@ class Profile:
     fairness_big_alone_s: float = 2.0  # the huge request's pace alone is measured over this long
     fairness_small_batch_tokens: int | None = 512
     fairness_probe_cost_s: float = 3.0  # the window a closed loop of probes alone is measured over
+    fairness_flood_concurrency: int = 32  # the flooding key's connections in the two-key case
     growth_sizes: tuple[int, ...] = (10, 100, 1000, 10_000)
     fresh_growth_server: bool = True
     llm_prefix_sizes: tuple[int, int] = (16, 128)  # documents of the 1 x N requests the shared prefix is timed on
@@ -74,6 +75,7 @@ SMOKE = Profile(
     fairness_big_alone_s=0.3,
     fairness_small_batch_tokens=None,
     fairness_probe_cost_s=0.3,
+    fairness_flood_concurrency=4,
     growth_sizes=(10, 100),
     fresh_growth_server=False,
 )

@@ -115,6 +115,13 @@ TARGETS = (
     ),
     Target(
         "fairness",
+        "quiet key's 1-doc p99 beside another key's flood / alone",
+        "<= 1.5x",
+        lambda r: r["two_keys"]["loaded_ratio_p99"],
+        lambda v: v <= 1.5,
+    ),
+    Target(
+        "fairness",
         "most pace the probes' CPU leaves at 3x (info)",
         "(info)",
         lambda r: r["default"]["pace_room_at_3x"],

@@ -1,7 +1,7 @@
 """``create_app``: the ASGI app and its lifespan.
 
-The stack, outermost first: LifecycleMiddleware → InFlight → RequestMetrics → CORS (``allowed_origins``) →
-ApiKeyGate (``api_keys``) → the caller's ``middleware`` → DrainGate → Router → endpoints (see
+The stack, outermost first: LifecycleMiddleware → InFlight → RequestMetrics → CORS (``allowed_origins``) → Usage
+(the request's ticket) → ApiKeyGate (``api_keys``) → the caller's ``middleware`` → DrainGate → Router → endpoints (see
 :mod:`scorekit.middleware`).
 
 The lifespan loads every served model and starts one engine (batcher and worker thread) per model. A host
@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 
 import anyio.to_thread
 from starlette.middleware import Middleware
-from starlette.middleware.cors import CORSMiddleware
 
 from scorekit import __version__
 from scorekit.api.errors import as_http_error
@@ -33,10 +32,13 @@ from scorekit.lifecycle import LifecycleMiddleware
 from scorekit.load import Board, Cell, LoadCounter
 from scorekit.logs import ensure_visible
 from scorekit.metrics import Metrics, ModelGauge
+from scorekit.middleware.access import access_line
 from scorekit.middleware.auth import ApiKeyGate
+from scorekit.middleware.cors import JsonCORS
 from scorekit.middleware.drain import Drain, DrainGate, InFlight
-from scorekit.middleware.metrics import RequestMetrics
-from scorekit.model_host import Card
+from scorekit.middleware.metrics import RequestEnd, RequestMetrics
+from scorekit.middleware.usage import Usage
+from scorekit.model_host import Card, warm_up
 from scorekit.models import PairScorer, load_spec
 from scorekit.models.base import Backend
 from scorekit.models.budget import TokenBudget, token_budgets
@@ -93,16 +95,20 @@ class ScorekitApp:
         for cls, args, kwargs in reversed(middleware):
             stack = cls(stack, *args, **kwargs)
         if settings.api_keys:
-            stack = ApiKeyGate(stack, keys=settings.api_keys, route_of=router.route_of)
+            stack = ApiKeyGate(stack, keys=settings.keys, route_of=router.route_of)
+        stack = Usage(stack)
         if settings.allowed_origins:
-            stack = CORSMiddleware(
+            stack = JsonCORS(
                 stack,
                 allow_origins=settings.allowed_origins,
                 allow_methods=settings.allowed_methods,
                 allow_headers=settings.allowed_headers,
                 allow_credentials=settings.allow_credentials,
             )
-        stack = RequestMetrics(stack, route_of=router.route_of, observe=self.metrics.observe_request)
+        ended: list[RequestEnd] = [self.metrics.request_ended]
+        if settings.access_log:
+            ended.append(access_line)
+        stack = RequestMetrics(stack, route_of=router.route_of, observe=self.metrics.observe_request, ended=ended)
         self._stack = LifecycleMiddleware(InFlight(stack, drain=self.drain), load=self.load)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -156,7 +162,10 @@ class ScorekitApp:
             client = HostClient(spec, observer=observer)
         else:  # the supervisor's host, which every front end joins; its queue is counted on the board
             cells = (self.load.cell(f"queued_items:{name}"), self.load.cell(f"queued_tokens:{name}"))
-            client = HostClient(spec, observer=observer, address=self._group.hosts[name], cells=cells)
+            requests = (self.load.cell(f"waiting:{name}"), self.load.cell(f"running:{name}"))
+            client = HostClient(
+                spec, observer=observer, address=self._group.hosts[name], cells=cells, request_cells=requests
+            )
         client.start()  # blocks until the host has loaded the model (or raises its one-line error)
         self._hosts[name] = client
         return client
@@ -183,6 +192,7 @@ class ScorekitApp:
             assert budget is not None, "load_models sizes every in-process model's batches"
             config = replace(spec.engine, max_batch_tokens=budget.tokens)
             engine = Engine(backend, config, observer=observer, admitted=self._admitted(name))
+            warm_up(backend, budget.tokens)  # before the registry has the engine: /readyz is 503 until it ran
             engine.start()
         card = engine.card
         logger.info(
@@ -214,7 +224,8 @@ class ScorekitApp:
                 yield ModelGauge(served.name, 0, 0, 0)
             else:
                 items, tokens = engine.queue()  # never a round trip to a model host: /metrics is on the event loop
-                yield ModelGauge(served.name, items, tokens, engine.active_requests)
+                waiting, running = engine.requests()
+                yield ModelGauge(served.name, items, tokens, engine.active_requests, waiting, running)
 
 
 async def serve_lifespan(

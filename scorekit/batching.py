@@ -20,21 +20,32 @@ encoder and a slow LLM alike: the batch length follows from the costs measured o
 completes the job with the fewest items left when all of it fits in one batch of the budget, so a small job is
 never split by it.
 
-With ``max_queue_wait``, a job none of whose items has run that long after it was queued is taken out and
-failed with :class:`~scorekit.errors.QueueTimeout`: the engine asks for that at the deadline (``expire``),
-and ``next_batch`` checks it too, so an overdue job never runs even when the event loop is late.
+Which job goes first is its :class:`~scorekit.jobs.Schedule`. Jobs are ranked in levels: a job's priority (lower
+runs earlier) less one for every ``priority_aging`` seconds it has waited, but never past the best priority
+queued, so a job of any priority reaches the front level in bounded time and none starves. Both passes serve
+the most urgent level first. Within a level, the items go to the keys by weighted fair queuing: each key has a
+virtual time, which every item taken advances by its tokens over the key's weight, and the key whose virtual
+time is least goes next (a key that had nothing queued starts at the virtual time of the items being served,
+so an idle key banks no credit). With one key (a server that asks no API key) and one priority, this is exactly
+the order described above.
+
+With ``max_queue_wait``, or a job's own ``timeout`` (the request's deadline), a job none of whose items has run
+that long after it was queued is taken out and failed with :class:`~scorekit.errors.QueueTimeout`: the engine
+asks for that at the deadline (``expire``), and ``next_batch`` checks it too, so an overdue job never runs even
+when the event loop is late.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Generic
 
 from scorekit.errors import QueueTimeout
-from scorekit.jobs import InputT, Job, OutputT, WorkItem
+from scorekit.jobs import InputT, Job, OutputT, Schedule, WorkItem
 
 
 class BatchCost:
@@ -87,6 +98,7 @@ class Batcher(Generic[InputT, OutputT]):
         max_queue_wait: float | None = None,
         batch_efficiency: float | None = None,
         min_batch_size: int = 1,
+        priority_aging: float = 1.0,
         cost: BatchCost | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -96,6 +108,7 @@ class Batcher(Generic[InputT, OutputT]):
         self.max_queue_wait = max_queue_wait
         self.batch_efficiency = batch_efficiency
         self.min_batch_size = min_batch_size
+        self.priority_aging = priority_aging
         self.cost = cost or BatchCost()
         self._clock = clock
         self._ready = threading.Condition()
@@ -103,6 +116,10 @@ class Batcher(Generic[InputT, OutputT]):
         self._queued = 0
         self._queued_tokens = 0
         self._closed = False
+        # Weighted fair queuing: each key's virtual finish (the tokens it has had over its weight), and the
+        # virtual time of the items being served, below which no key's time is counted (:meth:`_time_of`).
+        self._finish: dict[str, float] = {}
+        self._virtual = 0.0
 
     @property
     def queued(self) -> int:
@@ -149,18 +166,22 @@ class Batcher(Generic[InputT, OutputT]):
         with self._ready:
             return self._expire(job)
 
+    def _limit(self, job: Job[InputT, OutputT]) -> float | None:
+        """The seconds the job may wait queued before any of its work runs: its own timeout or
+        ``max_queue_wait``, whichever is shorter; None when it has neither."""
+        return min((limit for limit in (job.schedule.timeout, self.max_queue_wait) if limit is not None), default=None)
+
     def _expire(self, job: Job[InputT, OutputT]) -> bool:
-        if job.done or job.started_at is not None or self.max_queue_wait is None:
+        limit = self._limit(job)
+        if job.done or job.started_at is not None or limit is None:
             return False
         self._remove(job)
-        job.fail(QueueTimeout(self.max_queue_wait))
+        job.fail(QueueTimeout(limit))
         return True
 
     def _expire_overdue(self) -> None:
-        if self.max_queue_wait is None:
-            return
         now = self._clock()
-        for job in [job for job in self._jobs if now - job.queued_at > self.max_queue_wait]:
+        for job in [job for job in self._jobs if now - job.queued_at > _or_endless(self._limit(job))]:
             self._expire(job)
 
     def _remove(self, job: Job[InputT, OutputT]) -> int:
@@ -229,13 +250,16 @@ class Batcher(Generic[InputT, OutputT]):
         left = min(waiting) + fixed / (1 - efficiency) - self._clock()
         return ceiling, min(max(int((left - fixed) / per_token), 0), ceiling)
 
-    def _cut(self, jobs: deque[Job[InputT, OutputT]]) -> list[WorkItem[InputT, OutputT]]:
-        """One item from every one of ``jobs`` first (nobody starves), then fill from the shortest jobs: the
+    def _cut(self, queued: deque[Job[InputT, OutputT]]) -> list[WorkItem[InputT, OutputT]]:
+        """One item from every queued job first (nobody starves), then fill from the shortest jobs: the
         shortest one up to the ceiling when all of it fits there (a small job is not split), the rest within
-        the budget left."""
+        the budget left. Both passes go level by level, and within a level by the keys' fair shares (the
+        module's docstring); with one level and one key, the first pass is in arrival order."""
         batch: list[WorkItem[InputT, OutputT]] = []
         longest = 0
-        ceiling, budget = self._budgets(jobs)
+        ceiling, budget = self._budgets(queued)
+        levels = self._levels(queued)
+        jobs = self._in_turn(queued, levels)
 
         def take(job: Job[InputT, OutputT], limit: int) -> bool:
             nonlocal longest
@@ -248,6 +272,7 @@ class Batcher(Generic[InputT, OutputT]):
                 job.started_at = self._clock()
             batch.append(WorkItem(job, index))
             self._queued_tokens -= job.inputs[index].cost
+            self._charge(job.schedule, job.inputs[index].cost)
             longest = cost
             return True
 
@@ -257,13 +282,68 @@ class Batcher(Generic[InputT, OutputT]):
                 full = True
                 break
         by_size = sorted(jobs, key=lambda j: len(j._pending))  # stable: equal jobs stay in arrival order
-        for rank, job in enumerate(by_size):
+        for rank, job in () if full else self._fill_turns(by_size, levels):
             limit = ceiling if rank == 0 and self._completes(job, batch, longest, ceiling) else budget
-            while not full and job._pending:
-                full = not take(job, limit)
+            if not take(job, limit):
+                break
         self._queued -= len(batch)
         self._jobs = deque(job for job in self._jobs if job._pending)
         return batch
+
+    def _levels(self, jobs: deque[Job[InputT, OutputT]]) -> dict[int, int]:
+        """Each job's level by its id, lower first: its priority less one for each ``priority_aging`` seconds
+        it has waited since it was queued, but never past the best priority queued. Aging lifts a job to the
+        front level in bounded time, and no further: within a level, waiting longer buys nothing, so the fair
+        shares and the shortest-first fill decide there, as without priorities."""
+        now, aging = self._clock(), self.priority_aging
+        best = min(job.schedule.priority for job in jobs)
+        return {id(job): max(job.schedule.priority - math.floor((now - job.queued_at) / aging), best) for job in jobs}
+
+    def _in_turn(self, jobs: deque[Job[InputT, OutputT]], levels: dict[int, int]) -> list[Job[InputT, OutputT]]:
+        """The order the first pass takes one item of each job in: the most urgent level first; within a level
+        the keys in turn by their virtual time, as each job's first item would advance it, and each key's jobs
+        in arrival order."""
+        order: list[Job[InputT, OutputT]] = []
+        for level in _grouped(jobs, levels):
+            keys = _by_key(level)
+            finish = {key: self._time_of(key) for key in keys}
+            while keys:
+                key = min(keys, key=finish.__getitem__)  # ties: the key whose oldest job came first
+                job = keys[key].popleft()
+                finish[key] += job.inputs[job._pending[0]].cost / job.schedule.weight
+                order.append(job)
+                if not keys[key]:
+                    del keys[key]
+        return order
+
+    def _fill_turns(
+        self, by_size: list[Job[InputT, OutputT]], levels: dict[int, int]
+    ) -> Iterator[tuple[int, Job[InputT, OutputT]]]:
+        """The fill's turns, one per item to take (the caller takes it, or stops): the most urgent level first;
+        within a level the key whose virtual time is least, read afresh each turn, and its job with the fewest
+        items left. Each comes with its job's rank in ``by_size`` (0: the job the ceiling may be stretched for)."""
+        ranks = {id(job): rank for rank, job in enumerate(by_size)}
+        for level in _grouped(by_size, levels):
+            keys = _by_key(job for job in level if job._pending)
+            while keys:
+                key = min(keys, key=self._time_of)
+                job = keys[key][0]
+                yield ranks[id(job)], job
+                if not job._pending:
+                    keys[key].popleft()
+                    if not keys[key]:
+                        del keys[key]
+
+    def _time_of(self, key: str) -> float:
+        """The key's virtual time: where its last item taken finished, but never behind the items being served,
+        so a key that had nothing queued (or waited behind a more urgent level) banks no credit for it."""
+        return max(self._finish.get(key, 0.0), self._virtual)
+
+    def _charge(self, schedule: Schedule, tokens: int) -> None:
+        """An item of ``tokens`` was taken for the key: the items served are now at its virtual time, and the key
+        moves on by the item's tokens over its weight."""
+        start = self._virtual = self._time_of(schedule.key)
+        self._finish[schedule.key] = start + tokens / schedule.weight
 
     def _completes(
         self, job: Job[InputT, OutputT], batch: list[WorkItem[InputT, OutputT]], longest: int, limit: int
@@ -273,3 +353,23 @@ class Batcher(Generic[InputT, OutputT]):
         count = len(batch) + len(job._pending)
         cost = max(longest, job.inputs[job._pending[-1]].cost) if job._pending else longest
         return count <= self.max_batch_size and cost * count <= limit
+
+
+def _or_endless(limit: float | None) -> float:
+    return math.inf if limit is None else limit
+
+
+def _grouped(jobs: Iterable[Job[InputT, OutputT]], levels: dict[int, int]) -> list[list[Job[InputT, OutputT]]]:
+    """The jobs by level (``levels``: each one's by its id), the most urgent first, each level in the given order."""
+    grouped: dict[int, list[Job[InputT, OutputT]]] = {}
+    for job in jobs:
+        grouped.setdefault(levels[id(job)], []).append(job)
+    return [grouped[level] for level in sorted(grouped)]
+
+
+def _by_key(jobs: Iterable[Job[InputT, OutputT]]) -> dict[str, deque[Job[InputT, OutputT]]]:
+    """The jobs grouped by their fair-share key, each group in the given order, the keys in order of first sight."""
+    keys: dict[str, deque[Job[InputT, OutputT]]] = {}
+    for job in jobs:
+        keys.setdefault(job.schedule.key, deque()).append(job)
+    return keys

@@ -27,6 +27,9 @@ _TORCH_ONLY = {
     "causal-lm": "reuses a shared prefix's KV cache",
     "llm-reranker": "reuses a shared prefix's KV cache",
     "listwise-reranker": "reads its embeddings at marker tokens, a varying number per input",
+    "sparse-encoder": "answers a varying number of non-zero weights per input",
+    "late-interaction": "hides a query's expansion tokens from attention by their ids",
+    "bge-m3": "answers the outputs each input asks for, a varying number of values",
 }
 # What each runtime that runs an ONNX export needs installed: the modules, their names, and the extra that has them.
 # onnx is what torch's exporter writes the file with.

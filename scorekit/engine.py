@@ -6,8 +6,13 @@ Endpoints call a task method (:meth:`Engine.score_pairs`, :meth:`Engine.label_sc
 the capability turns the request into a :class:`~scorekit.models.base.Plan`; the engine checks it can ever
 fit, admits it, tokenizes it (in a thread when large), queues it, awaits it and lets the plan finish it.
 If the request is cancelled (its client left), tokenizing stops at its next checkpoint and the ``finally``
-here removes its queued items before they run. With ``max_queue_wait``, a request none of whose work has run
-by then is taken out of the queue at that deadline and answered :class:`~scorekit.errors.QueueTimeout`.
+here removes its queued items before they run. With ``max_queue_wait``, or the request's own deadline
+(``X-Request-Timeout``), a request none of whose work has run by then is taken out of the queue at that deadline
+and answered :class:`~scorekit.errors.QueueTimeout` (one whose deadline passed while it tokenized, at once).
+
+The request's :class:`~scorekit.ticket.Ticket` says where its job goes in the queue (its key's fair share, its
+priority, its deadline) and holds its key's item quota, taken at admission before any tokenizing; what its job
+cost on the model (model seconds) is added back to the ticket and told to the observer by key.
 
 What happens to each request (its tokenizing time, queue wait, rejection, cancellation or failure) is told
 to an :class:`EngineObserver`, the app's metrics, where it happens.
@@ -41,12 +46,36 @@ from scorekit.errors import (
     Unsupported,
     WorkerDied,
 )
+from scorekit.jobs import Schedule
 from scorekit.load import Cell, LocalCell
 from scorekit.model_host import Card, Health, HostObserver, LocalHost, ModelHost
 from scorekit.model_job import ModelJob
-from scorekit.models.base import Backend, Checkpoint, Embedder, Encoded, LabelScorer, PairScorer, Plan, no_checkpoint
+from scorekit.models.base import (
+    Backend,
+    Checkpoint,
+    Embedder,
+    Encoded,
+    LabelScorer,
+    PairScorer,
+    Plan,
+    SparseEmbedder,
+    TokenEmbedder,
+    no_checkpoint,
+)
 from scorekit.settings import EngineConfig
-from scorekit.tasks import Embeddings, EmbedOptions, LabelQuery, LabelScores, PairOptions, PairScores
+from scorekit.tasks import (
+    Embeddings,
+    EmbedOptions,
+    LabelQuery,
+    LabelScores,
+    PairOptions,
+    PairScores,
+    SparseEmbeddings,
+    SparseOptions,
+    TokenEmbeddings,
+    TokenEmbedOptions,
+)
+from scorekit.ticket import Ticket, current_ticket
 from scorekit.worker import WorkerStats
 
 T = TypeVar("T")
@@ -111,7 +140,11 @@ class EngineObserver(HostObserver, Protocol):
 
     def rejected(self, reason: str) -> None:
         """A request was refused before any of its work ran: not_ready, too_many_inputs, overloaded,
-        too_long, invalid or queue_timeout."""
+        rate_limited, too_long, invalid or queue_timeout."""
+
+    def model_seconds(self, key: str, seconds: float) -> None:
+        """A request of fair-share ``key`` ("" without API keys) used the model this long (its share of its
+        batches' forward time), told when it ends."""
 
     def cancelled(self, stage: str) -> None:
         """A request's client left while it was tokenizing, queued or running."""
@@ -143,6 +176,8 @@ class Engine:
         self._pairs = backend if isinstance(backend, PairScorer) else None
         self._labels = backend if isinstance(backend, LabelScorer) else None
         self._embedder = backend if isinstance(backend, Embedder) else None
+        self._sparse = backend if isinstance(backend, SparseEmbedder) else None
+        self._token_embedder = backend if isinstance(backend, TokenEmbedder) else None
         # Where its batches run: this process by default (LocalHost), or a model host process the app started.
         self.host: ModelHost = LocalHost(backend, config, observer) if host is None else host
         self._observer = observer
@@ -189,6 +224,11 @@ class Engine:
         gauges, read on the event loop."""
         return self.host.queue()
 
+    def requests(self) -> tuple[int, int]:
+        """The requests queued that wait for their first batch, and those with a batch run or running, without a
+        round trip: vLLM's waiting and running, for the metrics' gauges."""
+        return self.host.requests()
+
     async def score_pairs(self, side1: list[str], side2: list[str], options: PairOptions) -> PairScores:
         """One score per (side1, side2) pair, 1:N or N:N: /score and /rerank."""
         if self._pairs is None:
@@ -207,6 +247,19 @@ class Engine:
             raise self._unsupported("embedding texts")
         return await self.execute(self._embedder.plan_embed(texts, options))
 
+    async def embed_sparse(self, texts: list[str], options: SparseOptions) -> SparseEmbeddings:
+        """One sparse vector per text (its non-zero weights by token id): TEI's /embed_sparse."""
+        if self._sparse is None:
+            raise self._unsupported("sparse embedding")
+        return await self.execute(self._sparse.plan_embed_sparse(texts, options))
+
+    async def token_embed(self, texts: list[str], options: TokenEmbedOptions) -> TokenEmbeddings:
+        """One vector per token of each text, as the request's role encodes it: /pooling's token_embed and
+        /embed_all."""
+        if self._token_embedder is None:
+            raise self._unsupported("per-token embedding")
+        return await self.execute(self._token_embedder.plan_token_embed(texts, options))
+
     async def execute(self, plan: Plan[R]) -> R:
         """Run one request's plan: every limit its shape decides is checked before any tokenizing, so an
         impossible request costs nothing but its decoding."""
@@ -218,7 +271,9 @@ class Engine:
                 "too_many_inputs",
                 _too_many(plan.count, limit),
             )
+        ticket = current_ticket()
         with self.admit():
+            self._take_quota(ticket, plan.count)
             try:
                 encoding = await self.prepare(plan.encode, chars=plan.chars)
             except InputTooLong as exc:  # its places say where it is in the request; the route names them
@@ -230,8 +285,18 @@ class Engine:
                 raise
             if len(encoding.inputs) > limit:  # a chunked document's windows are known only now
                 raise self._rejected("too_many_inputs", _too_many(len(encoding.inputs), limit))
-            outputs = await self.run(encoding.inputs)
+            outputs = await self.run(encoding.inputs, ticket)
         return encoding.finish(outputs)
+
+    def _take_quota(self, ticket: Ticket, items: int) -> None:
+        """The request's model inputs, taken from its key's item quota; the answer that refuses them is raised."""
+        if ticket.quota is None:
+            return
+        try:
+            ticket.quota(items)
+        except Exception:
+            self._observer.rejected("rate_limited")
+            raise
 
     def _rejected(self, reason: str, error: ScorekitError) -> ScorekitError:
         """``error``, counted as a request rejected for ``reason`` before any of its work ran."""
@@ -289,10 +354,13 @@ class Engine:
         finally:
             abandoned.set()
 
-    async def run(self, inputs: list[Encoded]) -> list[torch.Tensor]:
-        """Queue the inputs as one job and wait for every output (or the batch's error)."""
+    async def run(self, inputs: list[Encoded], ticket: Ticket | None = None) -> list[torch.Tensor]:
+        """Queue the inputs as one job, placed as the request's ticket says, and wait for every output (or the
+        batch's error)."""
+        ticket = current_ticket() if ticket is None else ticket
+        schedule, deadline = self._schedule(ticket)
         done = anyio.Event()
-        job = ModelJob(inputs, notify=_wake_loop(done.set))
+        job = ModelJob(inputs, notify=_wake_loop(done.set), schedule=schedule)
         try:
             self.host.submit(job)
         except QueueFull as exc:
@@ -305,15 +373,32 @@ class Engine:
                 self._observer.cancelled("queued" if job.started_at is None else "running")
             if job.started_at is not None:
                 self._observer.waited(job.started_at - job.queued_at)
+            ticket.add_model_seconds(job.model_seconds)  # what ran so far, its client gone or not
+            self._observer.model_seconds(ticket.key, job.model_seconds)
         if job.error is not None:
             self._count_error(job.error)
+            if isinstance(job.error, QueueTimeout) and deadline is not None:
+                raise QueueTimeout(deadline)  # in the seconds the client gave
             raise job.error
         return job.outputs()
 
+    def _schedule(self, ticket: Ticket) -> tuple[Schedule, float | None]:
+        """Where the request's job goes: its ticket's priority and key, and the seconds it may wait queued, the
+        time left to its deadline or ``max_queue_wait``, whichever is shorter (nothing left: the batcher expires
+        it before it cuts another batch); with the request's timeout when its deadline is the shorter (the seconds
+        its queue timeout is told in), else None."""
+        limit, deadline = self.config.max_queue_wait, None
+        if ticket.deadline is not None:
+            left = ticket.deadline - time.monotonic()
+            if limit is None or left < limit:
+                limit, deadline = left, left if ticket.timeout is None else ticket.timeout
+        return Schedule(ticket.priority, ticket.key, ticket.weight, limit), deadline
+
     async def _wait(self, job: ModelJob, done: anyio.Event) -> None:
-        """Until the job is done; at ``max_queue_wait`` after it was queued, the batcher expires it unless some
-        of its work has run (a request with a batch running is never cut)."""
-        limit = self.config.max_queue_wait
+        """Until the job is done; at its queue-wait limit after it was queued (``max_queue_wait``, or what was
+        left of the request's deadline), the batcher expires it unless some of its work has run (a request with a
+        batch running is never cut)."""
+        limit = job.schedule.timeout
         if limit is not None:
             with anyio.move_on_after(limit):
                 await done.wait()

@@ -89,13 +89,15 @@ def shutting_down(message: str = "The server is shutting down.") -> HTTPError:
 # vLLM's names works unchanged. vLLM names 405 and 413 nothing of its own (FastAPI answers those) and
 # answers a bad API key with a bare {"error": "Unauthorized"}, so 401, 405 and 413 follow the same
 # <Phrase>Error pattern; 503 is the spelling of vLLM's retryable errors (its admission limit says
-# "Service Unavailable", which breaks the pattern clients match on).
+# "Service Unavailable", which breaks the pattern clients match on). vLLM sends no 429; an API key's spent quota
+# is OpenAI's RateLimitError, the name its SDK raises for a 429.
 VLLM_ERROR_TYPES = {
     400: "BadRequestError",
     401: "UnauthorizedError",
     404: "NotFoundError",
     405: "MethodNotAllowedError",
     413: "PayloadTooLargeError",
+    429: "RateLimitError",
     500: "InternalServerError",
     501: "NotImplementedError",
     503: "ServiceUnavailableError",

@@ -2,7 +2,8 @@
 
 A leaf module, so the batcher that queues jobs and the worker that runs them share these types without the
 worker knowing the batcher. It needs no torch: a job is generic in what its inputs and outputs are, and only
-asks each input for its ``cost`` (what it adds to a batch's token budget).
+asks each input for its ``cost`` (what it adds to a batch's token budget). Where a job goes in the queue is its
+:class:`Schedule`: its priority, the API key whose fair share it draws on, and how long it may wait.
 """
 
 from __future__ import annotations
@@ -24,6 +25,22 @@ InputT = TypeVar("InputT", bound=Costed)
 OutputT = TypeVar("OutputT")
 
 
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """Where a job goes in the queue (docs/architecture.md, "Priority, fair share and deadlines").
+
+    ``priority``: vLLM's request field, lower runs earlier (every ``priority_aging`` seconds it waits raise it by
+    one, so none starves). ``key``: the fair-share key (an API key's name; "" when the server asks none) whose
+    share of the model the job's items draw on, in proportion to ``weight``. ``timeout``: the seconds the job
+    may wait queued before any of its work runs (the request's deadline, or ``max_queue_wait``; None: no limit).
+    """
+
+    priority: int = 0
+    key: str = ""
+    weight: float = 1.0
+    timeout: float | None = None
+
+
 @dataclass(eq=False)
 class Job(Generic[InputT, OutputT]):
     """One request's items and their results. The worker thread writes; ``notify`` says it is done.
@@ -33,16 +50,20 @@ class Job(Generic[InputT, OutputT]):
 
     ``queued_at`` and ``started_at`` are the batcher's clock readings when the job was queued and when its
     first item was cut into a batch (None until then): its queue wait, and whether any of its work ran.
+    ``model_seconds`` is its share of the forward time of every batch its items rode in, by their tokens (the
+    worker adds it before it delivers).
     """
 
     inputs: list[InputT]
     notify: Callable[[], None]
+    schedule: Schedule = Schedule()
     results: list[OutputT | None] = field(init=False)
     error: BaseException | None = field(default=None, init=False)
     cancelled: bool = field(default=False, init=False)
     done: bool = field(default=False, init=False)
     queued_at: float = field(default=0.0, init=False)
     started_at: float | None = field(default=None, init=False)
+    model_seconds: float = field(default=0.0, init=False)
     _pending: deque[int] = field(init=False)
     _remaining: int = field(init=False)
 

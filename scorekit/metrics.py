@@ -8,6 +8,10 @@ goes, and the requests it rejected, lost to their clients or failed) carries a `
 reports to its model's :class:`ModelMetrics`. The split of a request's time into tokenizing, queue wait and
 inference follows text-embeddings-inference, so its dashboards and autoscaling rules carry over.
 
+Beside scorekit's own series are vLLM's (``vllm:``, labelled ``model_name``) where a scoring server has the same
+quantity, so a dashboard or an autoscaler written for vLLM reads scorekit unchanged: the requests running and
+waiting, the requests that succeeded, and their end-to-end and queue times (docs/deployment.md lists them).
+
 With several front-end processes a scrape reaches one of them, and must answer for all: the counters and
 histograms are then written by prometheus-client's multiprocess mode (a file per process in one directory) and a
 scrape sums every process's files, while the live gauges are read once, by the process scraped, from owners that
@@ -26,7 +30,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from scorekit.asgi import Scope
 from scorekit.load import LoadCounter
+from scorekit.logs import RequestRecord
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 _POWERS_OF_TWO = tuple(float(2**i) for i in range(11))
@@ -42,6 +48,8 @@ class ModelGauge:
     queued_items: int
     queued_tokens: int
     admitted: int
+    waiting: int = 0  # requests queued, none of whose items has run yet
+    running: int = 0  # requests with a batch run or running, not yet answered
 
 
 ModelGauges = Callable[[], Iterable[ModelGauge]]
@@ -99,6 +107,32 @@ class Metrics:
             "scorekit_requests_cancelled", "Requests whose client left, by the stage they were in.", "stage"
         )
         self.failed = self._by_model("scorekit_requests_failed", "Requests the model failed, by reason.", "reason")
+        self.model_seconds = self._by_model(
+            "scorekit_model_seconds",
+            "Model seconds the requests of each API key used: their share of every batch's forward time, by tokens.",
+            "key",
+        )
+        # vLLM's names, where a scoring server has the same quantity (its label is model_name).
+        self.vllm_success = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            ["model_name", "finished_reason"],
+            registry=self.registry,
+        )
+        self.vllm_e2e = Histogram(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            ["model_name"],
+            buckets=_SECONDS,
+            registry=self.registry,
+        )
+        self.vllm_queue = Histogram(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            ["model_name"],
+            buckets=_SECONDS,
+            registry=self.registry,
+        )
         live = _LiveGauges(load, models)
         if processes is None:
             self.registry.register(live)
@@ -118,6 +152,14 @@ class Metrics:
     def observe_request(self, route: str, status: int, seconds: float) -> None:
         self.requests.labels(route, str(status)).inc()
         self.latency.labels(route).observe(seconds)
+
+    def request_ended(self, scope: Scope, record: RequestRecord, status: int, seconds: float) -> None:
+        """A request answered (a :data:`~scorekit.middleware.metrics.RequestEnd`): one that a served model answered
+        with success is vLLM's finished request, "stop" its reason (a scoring request runs to its end), and its time
+        to the last byte vLLM's end-to-end latency."""
+        if record.model is not None and 200 <= status < 300:
+            self.vllm_success.labels(record.model, "stop").inc()
+            self.vllm_e2e.labels(record.model).observe(seconds)
 
     def model(self, name: str) -> ModelMetrics:
         """What one model's engine reports to (an ``EngineObserver``)."""
@@ -162,6 +204,7 @@ class ModelMetrics:
 
     def waited(self, seconds: float) -> None:
         self._metrics.queue_wait.labels(self._model).observe(seconds)
+        self._metrics.vllm_queue.labels(self._model).observe(seconds)
 
     def rejected(self, reason: str) -> None:
         self._metrics.rejected.labels(self._model, reason).inc()
@@ -171,6 +214,9 @@ class ModelMetrics:
 
     def failed(self, reason: str) -> None:
         self._metrics.failed.labels(self._model, reason).inc()
+
+    def model_seconds(self, key: str, seconds: float) -> None:
+        self._metrics.model_seconds.labels(self._model, key).inc(seconds)
 
 
 class _LiveGauges(Collector):
@@ -191,8 +237,16 @@ class _LiveGauges(Collector):
         admitted = GaugeMetricFamily(
             "scorekit_model_requests", "Requests admitted to the model's engine.", labels=["model"]
         )
+        running = GaugeMetricFamily(
+            "vllm:num_requests_running", "Number of requests in model execution batches.", labels=["model_name"]
+        )
+        waiting = GaugeMetricFamily(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed.", labels=["model_name"]
+        )
         for model in self._models():
             queue.add_metric([model.name], model.queued_items)
             tokens.add_metric([model.name], model.queued_tokens)
             admitted.add_metric([model.name], model.admitted)
-        yield from (total, per_route, queue, tokens, admitted)
+            running.add_metric([model.name], model.running)
+            waiting.add_metric([model.name], model.waiting)
+        yield from (total, per_route, queue, tokens, admitted, running, waiting)

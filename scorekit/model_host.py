@@ -9,6 +9,9 @@ front end's request work.
 
 from __future__ import annotations
 
+import logging
+import time
+import weakref
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -17,8 +20,26 @@ import torch
 from scorekit.batching import Batcher
 from scorekit.model_job import ModelJob
 from scorekit.models.base import Backend, Encoded
+from scorekit.models.budget import probe_input
 from scorekit.settings import EngineConfig, ModelKind
 from scorekit.worker import ModelWorker, WorkerStats
+
+logger = logging.getLogger("scorekit.model_host")
+
+
+def warm_up(backend: Backend, max_batch_tokens: int) -> None:
+    """Run one forward of the longest input the model serves (its maximum length, or a batch's whole budget when
+    that is shorter), so its first request does not pay for what a first forward sets up (the allocator's pools,
+    kernels chosen and loaded, an exported runtime's first run).
+
+    It runs on the backend directly, before the host that owns the model starts taking batches: no request, no
+    batch, no metric counts it, and the batcher's cost fit never sees its one-off cost. Whoever starts a model's
+    host calls it first (the app for a model served in process, the model host process before it says it is
+    ready), so readiness (/readyz) is never reported before it ran."""
+    length = min(backend.max_length, max_batch_tokens)
+    started = time.perf_counter()
+    backend.forward([probe_input(length)])
+    logger.info("warmed up %s: one forward of %d tokens in %.2f s", backend.name, length, time.perf_counter() - started)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +116,11 @@ class ModelHost(Protocol):
         on the event loop, where a round trip to a host process must not be waited on."""
         ...
 
+    def requests(self) -> tuple[int, int]:
+        """The jobs outstanding, as vLLM's scheduler counts requests: those none of whose items has run yet
+        (waiting), and those with a batch run or running (running); known without asking anyone, as ``queue``."""
+        ...
+
 
 class LocalHost:
     """The model's batcher and worker thread(s) in this process: ``--model-host thread``, the default."""
@@ -109,6 +135,7 @@ class LocalHost:
             max_queue_wait=config.max_queue_wait,
             batch_efficiency=config.batch_efficiency if backend.batch_cost_follows_tokens else None,
             min_batch_size=config.min_batch_size,
+            priority_aging=config.priority_aging,
         )
         batcher = self.batcher
 
@@ -126,6 +153,8 @@ class LocalHost:
             small_batch=(lambda: batcher.next_batch(small=lane)) if (lane := config.small_job_lane) else None,
         )
         self._observer = observer
+        # The jobs submitted here: gone once the engine that waits on one lets go of it.
+        self._jobs: weakref.WeakSet[ModelJob] = weakref.WeakSet()
 
     def start(self) -> None:
         self.worker.start()
@@ -139,6 +168,7 @@ class LocalHost:
 
     def submit(self, job: ModelJob) -> None:
         self.batcher.submit(job)
+        self._jobs.add(job)
 
     def cancel(self, job: ModelJob) -> None:
         if dropped := self.batcher.cancel(job):
@@ -155,3 +185,8 @@ class LocalHost:
 
     def queue(self) -> tuple[int, int]:
         return self.batcher.queued, self.batcher.queued_tokens
+
+    def requests(self) -> tuple[int, int]:
+        outstanding = [job for job in list(self._jobs) if not job.done and not job.cancelled]
+        waiting = sum(job.started_at is None for job in outstanding)
+        return waiting, len(outstanding) - waiting

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from scorekit.errors import NotReady, UnknownModel
+from scorekit.logs import note_model
 from scorekit.settings import ModelSpec
 
 if TYPE_CHECKING:  # a type here only: the endpoints reach an engine through the registry and load no torch
@@ -64,10 +65,12 @@ class ModelRegistry:
         """The served name and the engine for a request's ``model`` (None or empty: the default model).
 
         An unknown name is :class:`UnknownModel` (404); a model not loaded yet, or whose worker died, is
-        :class:`NotReady` (503), whatever the other models' state."""
+        :class:`NotReady` (503), whatever the other models' state. A served name is the request's model in its
+        log record (``logs.note_model``), answered or not."""
         name = model or self.default
         if name not in self._specs:
             raise UnknownModel(name)
+        note_model(name)  # the request's log lines and access line name it from now on
         engine = self._engines.get(name)
         if engine is None or not engine.ready:
             raise NotReady("The model is not ready." if len(self._specs) == 1 else f"The model `{name}` is not ready.")

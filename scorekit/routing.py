@@ -3,8 +3,10 @@
 The router reads the request body (bounded by ``max_body_bytes``), calls the endpoint, and encodes
 what it returns. An alias answers exactly as its canonical route does; a deprecated one adds a
 ``Deprecation`` header, a ``Link`` to the canonical path, and one warning per process. Unknown paths
-and wrong methods get the JSON error shape. Under a mount (``root_path``) every path the router
-writes back (the ``Link``, a 404 message) carries the prefix. A WebSocket handshake is refused.
+and wrong methods get the JSON error shape. ``HEAD`` is answered wherever ``GET`` is, as ``GET`` with no body
+(its headers, ``Content-Length`` included, are the ``GET`` answer's): load balancers probe with it. Under a mount
+(``root_path``) every path the router writes back (the ``Link``, a 404 message) carries the prefix. A WebSocket
+handshake is refused.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from scorekit.asgi import Receive, Scope, Send, lifecycle_hooks
+from scorekit.asgi import Message, Receive, Scope, Send, lifecycle_hooks
 from scorekit.http import HTTPError, Request, Response, send_response
 
 Endpoint = Callable[[Request], Awaitable[msgspec.Struct | Response]]
@@ -121,7 +123,7 @@ class Router:
                     response.headers.extend(_deprecation_headers(target.alias, target.route, scope))
             except HTTPError as error:
                 response = error.to_response()
-            await send_response(send, response)
+            await send_response(_bodiless(send) if scope["method"] == "HEAD" else send, response)
         except ClientGone:
             return
 
@@ -138,7 +140,7 @@ class Router:
         if found is None:
             raise HTTPError(404, f"Route {_echo(_public_path(scope))} not found.")
         if not isinstance(found, _Target):
-            allow = ", ".join(sorted(found)).encode()
+            allow = ", ".join(sorted({*found, *(("HEAD",) if "GET" in found else ())})).encode()
             raise HTTPError(405, f"Method {_echo(scope['method'])} not allowed.", headers=[(b"allow", allow)])
         return found
 
@@ -151,7 +153,8 @@ class Router:
         if last is not None and last[0] == key:
             return last[1]
         methods = self._paths.get(_route_path(scope))
-        found = methods.get(key[0], methods) if methods is not None else None
+        method = "GET" if key[0] == "HEAD" else key[0]  # HEAD is GET without the body
+        found = methods.get(method, methods) if methods is not None else None
         self._last = (key, found)
         return found
 
@@ -195,6 +198,15 @@ class Router:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
+
+
+def _bodiless(send: Send) -> Send:
+    """``send`` for a HEAD request: the GET answer's status and headers, its body left out."""
+
+    async def head(message: Message) -> None:
+        await send({**message, "body": b""} if message["type"] == "http.response.body" else message)
+
+    return head
 
 
 def _route_path(scope: Scope) -> str:

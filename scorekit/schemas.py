@@ -10,6 +10,8 @@ from typing import Annotated, Literal
 
 from msgspec import UNSET, Meta, Struct, UnsetType, field
 
+from scorekit.tasks import ScoreMode
+
 # msgspec decodes any JSON integer (10**30 too) into an unbounded Python int; a count field stops at int64.
 INT64_MAX = 2**63 - 1
 TruncateTokens = Annotated[
@@ -17,6 +19,8 @@ TruncateTokens = Annotated[
 ]
 TruncationSide = Literal["left", "right"]
 TextSide = str | list[str]
+# A bge-m3's combined score weighs its dense, sparse and ColBERT scores, in that order (FlagEmbedding's order).
+ScoreWeights = Annotated[list[float], Meta(min_length=3, max_length=3, description="dense, sparse, ColBERT")]
 # vLLM refuses an empty salt: it would silently share the prefix cache with unsalted requests.
 CacheSalt = Annotated[str, Meta(min_length=1, description="Must not be empty when given.")]
 
@@ -55,6 +59,11 @@ class ScoreRequest(Struct, kw_only=True):
     instruction: str | None = None
     max_chunks_per_doc: Annotated[int, Meta(ge=1, le=INT64_MAX)] | None = None
     return_chunks: bool = False
+    # scorekit's extension for bge-m3 (docs/api.md): which of its scores, and the weights of a combined one.
+    score_mode: ScoreMode | None = None
+    score_weights: ScoreWeights | None = None
+    # vLLM's: lower runs earlier; a request waiting long is raised toward the best priority queued (docs/api.md).
+    priority: int = 0
 
 
 class TextDocument(Struct):
@@ -83,6 +92,11 @@ class RerankRequest(Struct, kw_only=True):
     instruction: str | None = None
     max_chunks_per_doc: Annotated[int, Meta(ge=1, le=INT64_MAX)] | None = None
     return_chunks: bool = False
+    # scorekit's extension for bge-m3 (docs/api.md): which of its scores, and the weights of a combined one.
+    score_mode: ScoreMode | None = None
+    score_weights: ScoreWeights | None = None
+    # vLLM's: lower runs earlier; a request waiting long is raised toward the best priority queued (docs/api.md).
+    priority: int = 0
 
 
 class GenerativeScoringRequest(Struct, kw_only=True):
@@ -94,6 +108,7 @@ class GenerativeScoringRequest(Struct, kw_only=True):
     item_first: bool = False
     add_special_tokens: bool = True
     request_id: str | None = None  # the response id when no X-Request-Id header is sent, as vLLM
+    priority: int = 0  # vLLM's: lower runs earlier (docs/api.md)
 
 
 class Usage(Struct):
@@ -238,6 +253,7 @@ class EmbeddingRequest(Struct, kw_only=True):
     truncate_prompt_tokens: TruncateTokens | None = None
     truncation_side: TruncationSide | None = None
     prompt_name: str | None = None
+    priority: int = 0  # vLLM's: lower runs earlier (docs/api.md)
 
 
 class EmbeddingData(Struct, kw_only=True):
@@ -271,6 +287,24 @@ class EmbedRequest(Struct, kw_only=True):
     truncation_direction: Literal["Left", "Right", "left", "right"] = "Right"
     dimensions: int | None = None
     prompt_name: str | None = None
+
+
+class EmbedSparseRequest(Struct, kw_only=True):
+    """TEI's /embed_sparse body (``truncation_direction`` in TEI's spelling or in lower case), plus ``model`` for
+    a server with several models. The response is a bare JSON list: per input, its :class:`SparseValue` list."""
+
+    inputs: str | list[str]
+    model: str | None = None
+    truncate: bool | None = False  # TEI's is nullable; null is false
+    truncation_direction: Literal["Left", "Right", "left", "right"] = "Right"
+    prompt_name: str | None = None
+
+
+class SparseValue(Struct):
+    """One non-zero weight of a sparse vector: ``index`` is its token id in the model's vocabulary (TEI's shape)."""
+
+    index: int
+    value: float
 
 
 CohereEmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
@@ -355,6 +389,60 @@ class TeiRank(Struct, omit_defaults=True):
     index: int
     score: float
     text: str | None = None
+
+
+# Which side of a late-interaction pair a text is encoded as (scorekit's field; vLLM's ColBERT calls it the same).
+EmbeddingMode = Literal["query", "document"]
+
+
+class PoolingRequest(Struct, kw_only=True):
+    """vLLM's /pooling body for texts. ``task`` "token_embed" answers one vector per token (a late-interaction
+    model's, encoded as ``embedding_mode`` says: its query or its document side), "embed" one vector per text (a
+    bi-encoder's); unset is the model's own. Token-id inputs decode so that the endpoint can refuse them by name;
+    ``user``, ``request_id`` (the response id when no X-Request-Id header is sent) and ``priority`` as vLLM."""
+
+    input: str | list[str | int | list[int]]
+    model: str | None = None
+    task: str | None = None
+    embedding_mode: EmbeddingMode = "document"
+    encoding_format: Literal["float", "base64"] = "float"
+    truncate_prompt_tokens: TruncateTokens | None = None
+    truncation_side: TruncationSide | None = None
+    dimensions: int | None = None
+    add_special_tokens: bool = True
+    user: str | None = None
+    request_id: str | None = None
+    priority: int = 0
+
+
+class PoolingData(Struct):
+    """One input's answer: a vector per token (``token_embed``), one vector (``embed``), or base64 of its
+    little-endian float32 values, row after row."""
+
+    index: int
+    data: list[list[float] | float] | str  # msgspec's unions hold one array type: vectors or values in one list
+    object: str = "pooling"
+
+
+class PoolingResponse(Struct):
+    id: str
+    created: int
+    model: str
+    data: list[PoolingData]
+    usage: Usage
+    object: str = "list"
+
+
+class EmbedAllRequest(Struct, kw_only=True):
+    """TEI's /embed_all body, plus ``model`` and ``embedding_mode`` (which side of a late-interaction pair the texts
+    are encoded as; documents unless asked). The response is a bare JSON list: per input, a vector per token."""
+
+    inputs: str | list[str]
+    model: str | None = None
+    truncate: bool | None = False  # TEI's is nullable; null is false
+    truncation_direction: Literal["Left", "Right", "left", "right"] = "Right"
+    prompt_name: str | None = None
+    embedding_mode: EmbeddingMode = "document"
 
 
 # vLLM's service extras (/version).

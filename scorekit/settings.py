@@ -5,12 +5,21 @@ A leaf module: importing it loads no torch, so parsing flags stays fast."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, get_args
 
 from scorekit.choices import RUNTIMES, Runtime, runtime_error
 
-ModelKind = Literal["cross-encoder", "bi-encoder", "causal-lm", "llm-reranker", "listwise-reranker"]
+ModelKind = Literal[
+    "cross-encoder",
+    "bi-encoder",
+    "causal-lm",
+    "llm-reranker",
+    "listwise-reranker",
+    "sparse-encoder",
+    "late-interaction",
+    "bge-m3",
+]
 MODEL_KINDS: tuple[ModelKind, ...] = get_args(ModelKind)
 
 # What an over-long document gets when the request asks nothing: vLLM's 400, or scoring by its best window.
@@ -52,11 +61,14 @@ class EngineConfig:
     # (the small-job lane): a batch is never interrupted, so without it a small request waits for the batch in
     # flight (docs/architecture.md). 0: no lane.
     small_job_lane: int = 8
+    # Seconds of waiting in the queue that raise a request by one priority level (up to the best priority queued),
+    # so a request of any priority runs in bounded time (docs/architecture.md).
+    priority_aging: float = 1.0
 
     def __post_init__(self) -> None:
         # An embedding app builds these without the CLI's checks: a zero batch size would kill the worker
         # at the first request, so it is refused here, where the mistake is made.
-        optional = ("max_batch_tokens", "max_queue_wait", "batch_efficiency", "small_job_lane")
+        optional = ("max_batch_tokens", "max_queue_wait", "batch_efficiency", "small_job_lane", "priority_aging")
         for name in (f.name for f in fields(self) if f.name not in optional):
             _at_least(self, name, 1)
         if self.max_batch_tokens is not None:
@@ -66,6 +78,33 @@ class EngineConfig:
             _seconds(self, "max_queue_wait", zero=False)
         if self.batch_efficiency is not None:
             _share(self, "batch_efficiency")
+        _seconds(self, "priority_aging", zero=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """An API key and what it may use (a line of ``--api-key-file``, docs/configuration.md): ``name``, what metrics
+    call it (the key itself never shows; None: ``key-N``, its place among the server's keys, from 1); ``weight``,
+    its share of each model beside the other keys with work queued (weighted fair queuing); and its quotas, in
+    requests and in model inputs a minute (None: none)."""
+
+    key: str = field(repr=False)
+    name: str | None = None
+    weight: float = 1.0
+    requests_per_minute: int | None = None
+    items_per_minute: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.key, str) or not self.key.strip() or self.key != self.key.strip():
+            raise ValueError("ApiKey.key must be a key with no blank at either end")
+        if self.name is not None and (not self.name.strip() or any(c.isspace() for c in self.name)):
+            raise ValueError(f"ApiKey.name must be a name with no blanks, not {self.name!r}")
+        weight = self.weight
+        if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not 0 < weight < math.inf:
+            raise ValueError(f"ApiKey.weight must be a number more than 0, not {weight!r}")
+        for quota in ("requests_per_minute", "items_per_minute"):
+            if getattr(self, quota) is not None:
+                _at_least(self, quota, 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,17 +162,26 @@ class Settings:
     header_timeout: float = 10.0  # seconds a connection gets to send a complete request head
     long_documents: LongDocuments = "error"  # the default of requests that do not set max_chunks_per_doc
     chunk_overlap: int = 32  # tokens a document's window shares with the one before it
-    # Keys a request must bring as `Authorization: Bearer <key>` (the probes stay open); (): no keys asked.
-    api_keys: tuple[str, ...] = field(default=(), repr=False)  # never in a log line or a failed test's repr
+    # Keys a request must bring as `Authorization: Bearer <key>` (the probes stay open); (): no keys asked. An ApiKey
+    # also names the key and gives its fair-share weight and quotas; a plain key is ApiKey(key).
+    api_keys: tuple[str | ApiKey, ...] = field(default=(), repr=False)  # never in a log line or a failed test's repr
     # CORS, as Starlette's CORSMiddleware takes it; no origins: no CORS middleware (a preflight gets 405).
     allowed_origins: tuple[str, ...] = ()
     allowed_methods: tuple[str, ...] = ("*",)
     allowed_headers: tuple[str, ...] = ("*",)
     allow_credentials: bool = False
+    # scorekit's own access line per request (logger "scorekit.access": route, status, duration, model, request id),
+    # which `--log-format json` writes in place of uvicorn's (docs/deployment.md).
+    access_log: bool = False
 
     def __post_init__(self) -> None:
-        if any(not key.strip() for key in self.api_keys):
+        if any(not key.strip() for key in self.api_keys if isinstance(key, str)):
             raise ValueError("Settings.api_keys must not hold an empty key")
+        keys = self.keys
+        for each in ("key", "name"):
+            given = [getattr(key, each) for key in keys]
+            if len(set(given)) < len(given):
+                raise ValueError(f"Settings.api_keys holds one {each} twice")
         _at_least(self, "max_body_bytes", 1)
         _at_least(self, "max_items_per_request", 1)
         _at_least(self, "limit_concurrency", 0)
@@ -151,6 +199,12 @@ class Settings:
         if len(set(names)) < len(names):
             twice = sorted({name for name in names if names.count(name) > 1})
             raise ValueError(f"Settings.models serves two models under one name: {', '.join(twice)}")
+
+    @property
+    def keys(self) -> tuple[ApiKey, ...]:
+        """``api_keys``, each as an :class:`ApiKey`, named: a plain key, or one with no name, is ``key-N``."""
+        keys = (ApiKey(key) if isinstance(key, str) else key for key in self.api_keys)
+        return tuple(key if key.name else replace(key, name=f"key-{n}") for n, key in enumerate(keys, 1))
 
     @classmethod
     def for_model(cls, path: str | None = None, /, **given: Any) -> Settings:

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 TruncationSide = Literal["left", "right"]
+# Which of a bge-m3's scores a pair gets (FlagEmbedding's compute_score names them): one of its three outputs'
+# (the dense vectors' dot, the sparse weights' lexical match, ColBERT's MaxSim), or a weighted sum of two or three.
+ScoreMode = Literal["dense", "sparse", "colbert", "sparse+dense", "colbert+sparse+dense"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +40,8 @@ class PairOptions:
     document_tokens: int = 0
     instruction: str | None = None  # LLM rerankers: fills the template's instruction slot; None: the template's
     chunking: Chunking | None = None  # None: an over-long pair is cut (``truncate``) or refused
+    score_mode: ScoreMode | None = None  # bge-m3: which of its scores; None: its default (models/bge_m3.py)
+    score_weights: tuple[float, ...] | None = None  # bge-m3: a combined score's dense, sparse and ColBERT weights
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,4 +126,56 @@ class Embeddings:
     """One vector per input, in input order, and the prompt tokens of every input (repeats included)."""
 
     vectors: list[list[float]]
+    prompt_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class SparseOptions:
+    """How a sparse embedding request (TEI's /embed_sparse) wants its inputs cut, and which of the model's saved
+    prompts goes before each text (None: its default prompt, if it has one)."""
+
+    truncate: int | None = None  # as PairOptions.truncate
+    side: TruncationSide | None = None
+    prompt: Prompt | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SparseVector:
+    """A sparse embedding's non-zero weights: ``indices`` (token ids of the model's vocabulary) ascending, each
+    with its weight in ``values``."""
+
+    indices: list[int]
+    values: list[float]
+
+
+@dataclass(frozen=True, slots=True)
+class SparseEmbeddings:
+    """One sparse vector per input, in input order, the prompt tokens of every input (repeats included), and the
+    vectors' full width (the vocabulary's size): what a dense rendering of them holds."""
+
+    vectors: list[SparseVector]
+    prompt_tokens: int
+    width: int
+
+
+# Which side of a late-interaction pair a text is encoded as: its marker, its length, which of its vectors count.
+TokenRole = Literal["query", "document"]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEmbedOptions:
+    """How a per-token embedding request (vLLM's /pooling ``token_embed``, TEI's /embed_all) wants its inputs cut,
+    and which role encodes them."""
+
+    truncate: int | None = None  # as PairOptions.truncate
+    side: TruncationSide | None = None
+    role: TokenRole = "document"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEmbeddings:
+    """Per input, in input order, one vector per token that counts; the prompt tokens of every input (repeats
+    included)."""
+
+    vectors: list[list[list[float]]]
     prompt_tokens: int

@@ -13,6 +13,10 @@ which costs a small forward much of what the second core gains; a lone batch sti
 (docs/benchmarks.md, "Model workers"), so it keeps them all. Deliveries and
 failures are made under one lock: a request's items can be in two batches that end at once.
 
+What the model cost is told per request: each batch's forward time is split over its items by their tokens
+(unpadded) and added to their jobs' ``model_seconds``, failed batches too, so the requests' model seconds add up
+to the worker's busy time (``WorkerStats.busy_seconds``).
+
 The worker never sees the queue it is fed from: the engine hands it callables (take the next batch, close
 the queue, fail what waits), so the batcher above it can change without touching it.
 """
@@ -51,6 +55,7 @@ class WorkerStats:
     items: int = 0
     items_of_cancelled_jobs: int = 0
     failed_batches: int = 0
+    busy_seconds: float = 0.0  # the forward time of every batch run, failed ones too
     most_busy: int = 0  # the most batches that ran at once (1, or up to the worker's threads)
     recent_batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=4096))
     recent_batch_jobs: deque[int] = field(default_factory=lambda: deque(maxlen=4096))
@@ -171,9 +176,11 @@ class ModelWorker:
         try:
             outputs = self.backend.forward([item.encoded for item in batch])  # under inference_mode (base.inference)
         except Exception as exc:
+            seconds = time.perf_counter() - started
             logger.exception("the model failed on a batch of %d items", len(batch))
             with self._lock:
                 self.stats.failed_batches += 1
+                self._bill(batch, seconds)
                 for job in jobs.values():
                     job.fail(ModelFailure(f"The model failed on this request's batch ({type(exc).__name__})."))
             return
@@ -186,7 +193,16 @@ class ModelWorker:
             self.stats.items += len(batch)
             self.stats.recent_batch_sizes.append(len(batch))
             self.stats.recent_batch_jobs.append(len(jobs))
+            self._bill(batch, seconds)
             for item, output in zip(batch, outputs, strict=True):
                 if item.job.cancelled:
                     self.stats.items_of_cancelled_jobs += 1
                 item.job.deliver(item.index, output)
+
+    def _bill(self, batch: Batch, seconds: float) -> None:
+        """The batch's forward time, added to the worker's busy time and split over its items' jobs by the items'
+        tokens (under the lock: a job's items can be in two batches that end at once)."""
+        self.stats.busy_seconds += seconds
+        tokens = sum(item.encoded.cost for item in batch)
+        for item in batch:
+            item.job.model_seconds += seconds * (item.encoded.cost / tokens if tokens else 1 / len(batch))

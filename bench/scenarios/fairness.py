@@ -17,6 +17,11 @@ cores: what the probes' client takes from the machine rather than the server.
 
 With ``fairness_small_batch_tokens`` set, the same is measured on a second server started with a small
 ``--max-batch-tokens``, to show what the batch size buys in latency and costs in throughput.
+
+Two keys (``two_keys``): a server started with two API keys (each weight 1); one key floods it with the batching
+scenario's 16-document reranks from ``fairness_flood_concurrency`` connections in closed loops, and the other's
+1-document probes are timed beside the flood against their time alone. As a control, the same probes are then
+sent with the flooding key's own credentials, so they share its fair share instead of having one of their own.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ from bench.context import Context
 from bench.corpus import documents, queries, rerank_body
 from bench.driver import loadgen, write_spec
 from bench.servers import Server, running, spawn_scorekit
+
+# The two keys of the two-key case, as its server's --api-key-file names them.
+QUIET_KEY, FLOOD_KEY = "bench-quiet-5c1e", "bench-flood-9d7a"
 
 
 def _measure(ctx: Context, server: Server, small: Path, big: Path) -> dict[str, Any]:
@@ -82,6 +90,34 @@ def run(ctx: Context) -> dict[str, Any]:
         small_batches["default_items_per_cpu_s"] = (rates[0] + rates[2]) / 2
         small_batches["throughput_ratio"] = rates[1] / small_batches["default_items_per_cpu_s"]
         result["small_batches"] = small_batches
+    result["two_keys"] = _two_keys(ctx, small)
+    return result
+
+
+def _two_keys(ctx: Context, small: Path) -> dict[str, Any]:
+    """The quiet key's 1-document p99 beside the other key's flood, over its p99 alone (the lower of the two alone
+    phases), and the same for the control sent with the flooding key."""
+    p = ctx.profile
+    keys = ctx.work / "two-keys"
+    keys.write_text(f"{QUIET_KEY} name=quiet\n{FLOOD_KEY} name=flood\n")
+    server = spawn_scorekit("scorekit-two-keys", ctx.work, [*p.scorekit_args, "--api-key-file", str(keys)])
+    args: list[object] = ["--small", small, "--flood", ctx.rerank_spec, "--quiet-key", QUIET_KEY]
+    args += [
+        "--flood-key",
+        FLOOD_KEY,
+        "--concurrency",
+        p.fairness_flood_concurrency,
+        "--alone",
+        p.fairness_alone_probes,
+    ]
+    args += ["--probe-seconds", p.fairness_probe_s]
+    with running(server):
+        result = loadgen("two_keys", server.port, *args)
+    result["flood_concurrency"] = p.fairness_flood_concurrency
+    alone = {q: min(result["alone_ms"][q], result["alone_after_ms"][q]) for q in ("p50", "p99")}
+    for phase in ("loaded", "same_key"):
+        result[f"{phase}_ratio_p99"] = result[f"{phase}_ms"]["p99"] / alone["p99"]
+        result[f"{phase}_ratio_p50"] = result[f"{phase}_ms"]["p50"] / alone["p50"]
     return result
 
 

@@ -1,11 +1,12 @@
-"""What the scoring endpoints share: typed decoding, request limits and response ids."""
+"""What the scoring endpoints share: typed decoding (which also notes the request's priority and deadline on its
+ticket), request limits and response ids."""
 
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
-import uuid
 from collections.abc import Callable
 from functools import cache, partial
 from typing import Any, TypeVar
@@ -16,9 +17,11 @@ import msgspec
 from scorekit.api.decoding import DecodeBudget
 from scorekit.api.state import ServerState
 from scorekit.http import HTTPError, Request, bad_request
+from scorekit.logs import current_request_id
 from scorekit.schemas import Chunk, RerankRequest, ScoreRequest
 from scorekit.settings import Settings
 from scorekit.tasks import Chunking, PairOptions, PairScores
+from scorekit.ticket import current_ticket
 
 S = TypeVar("S", bound=msgspec.Struct)
 T = TypeVar("T")
@@ -26,6 +29,8 @@ T = TypeVar("T")
 logger = logging.getLogger("scorekit.api")
 _FIELD_AT = re.compile(r"at `\$\.([A-Za-z_0-9]+)")
 _MISSING = re.compile(r"missing required field `([A-Za-z_0-9]+)`")
+# The header that gives a request's deadline, in seconds from its arrival (docs/api.md).
+REQUEST_TIMEOUT = "X-Request-Timeout"
 # Decoding this much JSON takes about a millisecond: cheaper inline than a thread hop.
 INLINE_DECODE_BYTES = 256 << 10
 
@@ -44,6 +49,38 @@ def _decoder(kind: type[S]) -> msgspec.json.Decoder[S]:
 
 
 async def decode(request: Request, kind: type[S], *, parsed_in_handler: bool = False) -> S:
+    """The typed body (see :func:`_typed`), its request's schedule noted on its ticket: the body's ``priority``
+    (vLLM's field, where the body has one; lower runs earlier) and the deadline ``X-Request-Timeout`` gives, in
+    seconds from now, by which the request's model work must have started (a 400 naming the header when it is not
+    a number of seconds more than 0)."""
+    timeout = _timeout(request)
+    started = time.monotonic()
+    body = await _typed(request, kind, parsed_in_handler)
+    ticket = current_ticket()
+    priority = getattr(body, "priority", 0)
+    ticket.priority = priority if isinstance(priority, int) else 0
+    if timeout is not None:
+        ticket.deadline, ticket.timeout = started + timeout, timeout
+    return body
+
+
+def _timeout(request: Request) -> float | None:
+    """The request's ``X-Request-Timeout`` in seconds (None without one), or a 400 that names it."""
+    given = request.header(REQUEST_TIMEOUT)
+    if given is None:
+        return None
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise bad_request(
+            f"{REQUEST_TIMEOUT} must be a number of seconds more than 0, not {given[:40]!r}.", REQUEST_TIMEOUT
+        )
+    return seconds
+
+
+async def _typed(request: Request, kind: type[S], parsed_in_handler: bool) -> S:
     """The typed body, or a 400 that names the offending field. A large body decodes in a thread: a
     16 MB list of millions of empty strings takes most of a second, which the event loop must not wait.
 
@@ -131,8 +168,9 @@ def _refused(message: str, place: str, parsed_in_handler: bool) -> HTTPError:
 
 
 def response_id(request: Request, prefix: str, body_id: str | None = None) -> str:
-    """As vLLM: the ``X-Request-Id`` header wins over the body's ``request_id``; neither: a fresh one."""
-    return f"{prefix}-{request.header('x-request-id') or body_id or uuid.uuid4().hex}"
+    """As vLLM: the ``X-Request-Id`` header wins over the body's ``request_id``; neither: the request's own id,
+    fresh for it, which its log lines carry too."""
+    return f"{prefix}-{request.header('x-request-id') or body_id or current_request_id()}"
 
 
 def now() -> int:
@@ -174,6 +212,8 @@ def pair_options(body: ScoreRequest | RerankRequest, settings: Settings) -> Pair
         body.max_tokens_per_doc,
         body.instruction,
         chunking,
+        score_mode=body.score_mode,
+        score_weights=None if body.score_weights is None else tuple(body.score_weights),
     )
 
 

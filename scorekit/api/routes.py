@@ -6,27 +6,35 @@ import msgspec
 
 from scorekit.api.cohere_embed import COHERE_EMBED_API, cohere_embed
 from scorekit.api.embed import embed
+from scorekit.api.embed_all import EMBED_ALL_API, embed_all
+from scorekit.api.embed_sparse import EMBED_SPARSE_API, embed_sparse
 from scorekit.api.embeddings import embeddings
 from scorekit.api.generative import GENERATIVE_API, generative_scoring
 from scorekit.api.invocations import invocations
+from scorekit.api.pooling import POOLING_API, pooling
 from scorekit.api.rerank import RERANK_API, rerank
 from scorekit.api.score import SCORE_API, score
-from scorekit.api.service import health, load, metrics, models, openapi, version
+from scorekit.api.service import alive, health, load, metrics, models, openapi, version
 from scorekit.routing import Alias, Endpoint, Route
 from scorekit.schemas import (
     CohereEmbedRequest,
     CohereEmbedResponse,
+    EmbedAllRequest,
     EmbeddingRequest,
     EmbeddingResponse,
     EmbedRequest,
+    EmbedSparseRequest,
     GenerativeScoringRequest,
     GenerativeScoringResponse,
     LoadResponse,
     ModelList,
+    PoolingRequest,
+    PoolingResponse,
     RerankRequest,
     RerankResponse,
     ScoreRequest,
     ScoreResponse,
+    SparseValue,
     TeiRank,
     TeiRerankRequest,
     VersionResponse,
@@ -107,7 +115,37 @@ ROUTES: tuple[Route | Alias, ...] = (
         "Embed texts (Cohere's v2 shape): float, int8, uint8, binary, ubinary or base64 embeddings.",
         api=COHERE_EMBED_API,
     ),
+    Route(
+        "POST",
+        "/embed_sparse",
+        embed_sparse,
+        EmbedSparseRequest,
+        list[list[SparseValue]],
+        "Sparse vectors of texts (TEI shape): per input, its non-zero weights by token id; a SPLADE model's.",
+        api=EMBED_SPARSE_API,
+    ),
+    Route(
+        "POST",
+        "/pooling",
+        pooling,
+        PoolingRequest,
+        PoolingResponse,
+        "vLLM's pooling: a vector per token (token_embed, a late-interaction model's) or per text (embed).",
+        api=POOLING_API,
+    ),
+    Route(
+        "POST",
+        "/embed_all",
+        embed_all,
+        EmbedAllRequest,
+        list[list[list[float]]],
+        "Per-token vectors of texts (TEI shape): a late-interaction model's, as its documents (or queries).",
+        api=EMBED_ALL_API,
+    ),
     _service("/health", health, "200 while every model's worker is alive.", public=True),
+    # Kubernetes' probes: the process answers (liveness); every model loaded and warmed up, not draining (readiness).
+    _service("/healthz", alive, "200 while the process answers (liveness).", public=True),
+    _service("/readyz", health, "200 once every model is loaded and warmed up, and not draining.", public=True),
     _service("/load", load, "Scoring requests in flight.", returns=LoadResponse, public=True),
     _service("/v1/models", models, "The served models.", returns=ModelList),
     _service("/metrics", metrics, "Prometheus metrics.", public=True),

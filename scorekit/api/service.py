@@ -15,9 +15,17 @@ from scorekit.metrics import CONTENT_TYPE
 from scorekit.schemas import LoadResponse, ModelCard, ModelList, ModelPermission, VersionResponse
 
 
+async def alive(request: Request) -> Response:
+    """Liveness (/healthz): 200 with an empty body whenever the process answers at all, loading, draining or with
+    a dead model worker alike (readiness says those), so an orchestrator restarts only a process that hangs."""
+    return Response(b"", media_type=None)
+
+
 async def health(request: Request) -> Response:
-    """200 with an empty body while every model's worker is alive; 503 saying why otherwise. A load balancer
-    takes a replica with one dead model out of rotation: its requests would fail here and succeed elsewhere."""
+    """Readiness (/health, /ping, /readyz): 200 with an empty body once every model is loaded and warmed up (an
+    engine joins the registry only after its warm-up forward) while its worker is alive and the server is not
+    draining; 503 saying why otherwise. A load balancer takes a replica with one dead model out of rotation: its
+    requests would fail here and succeed elsewhere."""
     state: ServerState = request.state
     for served in state.models:
         death = served.engine.health.death if served.engine is not None else None
@@ -26,8 +34,9 @@ async def health(request: Request) -> Response:
             raise HTTPError(503, f"The {whose} worker died: {type(death).__name__}.")
     if state.draining():
         raise shutting_down()
-    for name in state.models.names:
-        state.models.resolve(name)  # NotReady (503) while a model is still loading
+    for served in state.models:
+        if served.engine is None or not served.engine.ready:
+            state.models.resolve(served.name)  # NotReady (503) while a model is still loading or warming up
     return Response(b"", media_type=None)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from scorekit.choices import device_error
+from scorekit.settings import ApiKey
 
 
 class Parser(argparse.ArgumentParser):
@@ -186,17 +187,50 @@ def amount(text: str) -> float:
     return value
 
 
-def key_file(text: str) -> tuple[str, ...]:
-    """The API keys in file ``text``: one a line, blank lines and ``#`` comments skipped."""
+def key_file(text: str) -> tuple[str | ApiKey, ...]:
+    """The API keys in file ``text``: one a line, blank lines and ``#`` comments skipped. A key may be followed by
+    ``NAME=VALUE`` fields (``name``, ``weight``, ``requests_per_minute``, ``items_per_minute``): that line is an
+    :class:`ApiKey`, a bare key a string. An error names the line, never the key."""
     try:
         with open(text, encoding="utf-8") as file:
             lines = file.read().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise argparse.ArgumentTypeError(f"cannot read {text!r}: {getattr(exc, 'strerror', None) or exc}") from None
-    keys = tuple(line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#"))
-    if not keys:
+    kept = [(n, line) for n, line in enumerate(lines, 1) if line.strip() and not line.lstrip().startswith("#")]
+    if not kept:
         raise argparse.ArgumentTypeError(f"{text!r} holds no key (one a line; blank lines and # comments are skipped)")
-    return keys
+    return tuple(_key_line(text, n, line) for n, line in kept)
+
+
+# A key file line's fields, and how each value is read.
+_KEY_FIELDS: dict[str, Callable[[str], object]] = {
+    "name": str,
+    "weight": float,
+    "requests_per_minute": int,
+    "items_per_minute": int,
+}
+
+
+def _key_line(path: str, number: int, line: str) -> str | ApiKey:
+    key, *given = line.split()
+    if not given:
+        return key
+    values: dict[str, Any] = {}
+    for item in given:
+        name, equals, value = item.partition("=")
+        if name not in _KEY_FIELDS or not equals or name in values:
+            raise argparse.ArgumentTypeError(
+                f"{path!r} line {number}: after the key, expected NAME=VALUE fields, each once, of "
+                f"{', '.join(_KEY_FIELDS)}; not {item[:40]!r}"
+            )
+        try:
+            values[name] = _KEY_FIELDS[name](value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{path!r} line {number}: {name} {value[:40]!r} is not a number") from None
+    try:
+        return ApiKey(key, **values)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{path!r} line {number}: {exc}") from None
 
 
 def names(text: str) -> tuple[str, ...]:

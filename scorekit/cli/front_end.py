@@ -24,7 +24,7 @@ from pathlib import Path
 
 import msgspec
 
-from scorekit.logs import process_config, route_transformers
+from scorekit.logs import inherited_format, process_config, route_transformers
 from scorekit.settings import Settings
 
 SERVING = b"S"
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     assignment = _receive_assignment(control)
     if assignment is None:  # the supervisor went away before it said what to serve
         return 1
-    config = process_config(assignment.log_level)
+    config = process_config(assignment.log_level, inherited_format())
     logging.config.dictConfig(config)
     # Heavy imports (torch, transformers, uvicorn) after the assignment.
     from scorekit.app import FrontEndGroup, ScorekitApp, load_models

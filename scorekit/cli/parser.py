@@ -15,7 +15,7 @@ from scorekit.cli import check
 from scorekit.cli.flags import FlagError, Parser, nonempty, usage_error
 from scorekit.cli.table import FLAGS, RAY_FLAGS
 from scorekit.deploy.options import RayOptions
-from scorekit.settings import EngineConfig, ModelSpec, Settings
+from scorekit.settings import ApiKey, EngineConfig, ModelSpec, Settings
 
 EXAMPLES = """\
 examples:
@@ -88,13 +88,30 @@ def _fill(args: argparse.Namespace) -> None:
     for flag in (*FLAGS, *RAY_FLAGS):
         if getattr(args, flag.dest) is None:
             setattr(args, flag.dest, flag.from_env())
+    _eager(args, runtime_given="runtime" in given_flags)
     _front_ends(args, host_given="model-host" in given_flags)
-    args.settings = _settings(args, _model_specs(args))
+    specs = _model_specs(args)
+    try:
+        args.settings = _settings(args, specs)
+    except ValueError as exc:  # what the settings refuse as a whole: a key, or a key's name, given twice
+        raise FlagError(str(exc)) from None
     if args.ray and args.model_host == "process":
         raise FlagError("--model-host process does not run under --ray yet: a Ray replica runs its model in process")
     args.ray_options = _ray_options(args, given_flags) if args.ray else None
     if not args.ray and (ray_only := [f.name for f in RAY_FLAGS if f.name in given_flags]):
         raise FlagError(f"--{ray_only[0]} applies to Ray Serve only: add --ray")
+
+
+def _eager(args: argparse.Namespace, *, runtime_given: bool) -> None:
+    """``--enforce-eager``, vLLM's flag, means the eager runtime: torch's (no trace, no export); another runtime
+    asked for beside it is a contradiction, refused."""
+    if not args.enforce_eager:
+        return
+    if runtime_given and args.runtime != "torch":
+        raise FlagError(
+            f"--enforce-eager runs the eager runtime (torch), but --runtime is {args.runtime}: leave one of them out"
+        )
+    args.runtime = "torch"
 
 
 def _front_ends(args: argparse.Namespace, *, host_given: bool) -> None:
@@ -153,6 +170,7 @@ def _model_specs(args: argparse.Namespace) -> tuple[ModelSpec, ...]:
         min_batch_size=args.min_batch_size,
         model_workers=args.model_workers,
         small_job_lane=args.small_job_lane,
+        priority_aging=args.priority_aging,
     )
     specs = []
     for entry in entries:
@@ -203,11 +221,22 @@ def _settings(args: argparse.Namespace, models: tuple[ModelSpec, ...]) -> Settin
         shutdown_timeout=args.shutdown_timeout,
         limit_concurrency=args.limit_concurrency,
         header_timeout=args.header_timeout,
-        api_keys=tuple(dict.fromkeys([*(args.api_key or ()), *(args.api_key_file or ())])),
+        api_keys=_api_keys(args),
         allowed_origins=args.allowed_origins,
         allowed_methods=args.allowed_methods,
         allowed_headers=args.allowed_headers,
         allow_credentials=args.allow_credentials,
         long_documents=args.long_documents,
         chunk_overlap=args.chunk_overlap,
+        access_log=args.log_format == "json",  # scorekit's access line, in place of uvicorn's (logs.process_config)
     )
+
+
+def _api_keys(args: argparse.Namespace) -> tuple[str | ApiKey, ...]:
+    """``--api-key``'s keys, then the key file's, each key once; where the file gives a key fields, the file's."""
+    keys: dict[str, str | ApiKey] = {}
+    for key in [*(args.api_key or ()), *(args.api_key_file or ())]:
+        text = key if isinstance(key, str) else key.key
+        if isinstance(key, ApiKey) or text not in keys:
+            keys[text] = key
+    return tuple(keys.values())

@@ -2,10 +2,13 @@
 no code with the served path but the model's files (and an LLM reranker's template, which the check shows).
 
 sentence-transformers computes a Sentence-Transformers folder's scores, as its users get them
-(``CrossEncoder.predict``, ``SentenceTransformer.encode`` and the cosine); any other folder a plain transformers
-forward, one input at a time, never padded: a classifier's logit and its sigmoid, an encoder's mean-pooled tokens,
-an LLM reranker's prompt built by string formatting and its label logits at the last token, jina-reranker-v3's
-published recipe, a causal LM's next-token probabilities. Every recipe runs in float32, on the asked device.
+(``CrossEncoder.predict``, ``SentenceTransformer.encode``, ``encode_query``/``encode_document`` and the cosine, a
+SparseEncoder's dot product, a ColBERT's MaxSim by MultiVectorEncoder, which reads all three of its layouts); any
+other folder a plain transformers forward, one input at a time, never padded: a classifier's logit and its sigmoid,
+an encoder's mean-pooled tokens, an LLM reranker's prompt built by string formatting and its label logits at the
+last token, jina-reranker-v3's published recipe, bge-m3's (FlagEmbedding's formulas, its heads read with
+``torch.load``), a causal LM's next-token probabilities. Every recipe runs in
+float32, on the asked device.
 """
 
 from __future__ import annotations
@@ -61,6 +64,12 @@ def recipe_for(backend: Backend, path: str, *, device: str, trust_remote_code: b
         return _STCrossEncoder(model) if _sentence_transformers(model, cross_encoder=True) else _Classifier(model)
     if backend.kind == "bi-encoder":
         return _STBiEncoder(model) if _sentence_transformers(model, cross_encoder=False) else _MeanPooled(model)
+    if backend.kind == "sparse-encoder":
+        return _STSparse(model)
+    if backend.kind == "bge-m3":
+        return _BGEM3(model)
+    if backend.kind == "late-interaction":
+        return _STMultiVector(model)
     if isinstance(backend, LLMRerankerBackend):
         return _LLMReranker(model, backend.template)
     if backend.kind == "listwise-reranker":
@@ -152,8 +161,105 @@ class _STBiEncoder:
         return [float(value) for value in self._model.encode([text], convert_to_tensor=True)[0].cpu()]
 
     def scores(self, query: str, documents: Sequence[str]) -> list[float]:
-        embeddings = self._model.encode([query, *documents], convert_to_tensor=True).double()
-        return _cosines(embeddings[1:], embeddings[0])
+        """As its users rank: ``encode_query`` and ``encode_document`` (each side's saved prompt), the cosine."""
+        query_embedding = self._model.encode_query([query], convert_to_tensor=True).double()
+        embeddings = self._model.encode_document(list(documents), convert_to_tensor=True).double()
+        return _cosines(embeddings, query_embedding[0])
+
+
+class _STMultiVector:
+    """A ColBERT, as sentence-transformers' MultiVectorEncoder ranks (it loads PyLate's and Stanford's layouts as
+    well as its own): ``encode_query``, ``encode_document``, MaxSim."""
+
+    def __init__(self, model: _Model) -> None:
+        if importlib.util.find_spec("sentence_transformers") is None:
+            raise ValueError(EXTRA)
+        from sentence_transformers import MultiVectorEncoder
+
+        with quiet_loading():
+            self._model = MultiVectorEncoder(model.path, **model.st_kwargs())
+
+    def scores(self, query: str, documents: Sequence[str]) -> list[float]:
+        queries = self._model.encode_query([query])
+        similarity = self._model.similarity(queries, self._model.encode_document(list(documents)))
+        return [float(value) for value in similarity[0].cpu()]
+
+
+class _STSparse:
+    """A SparseEncoder, as its users rank: ``encode_query``, ``encode_document`` and its similarity (the dot)."""
+
+    def __init__(self, model: _Model) -> None:
+        from sentence_transformers import SparseEncoder
+
+        with quiet_loading():
+            self._model = SparseEncoder(model.path, **model.st_kwargs())
+
+    def scores(self, query: str, documents: Sequence[str]) -> list[float]:
+        queries = self._model.encode_query([query], convert_to_tensor=True)
+        embeddings = self._model.encode_document(list(documents), convert_to_tensor=True)
+        similarity = self._model.similarity(queries.to_dense(), embeddings.to_dense())  # dense: no beta warning
+        return [float(value) for value in similarity[0].cpu()]
+
+
+# The weights bge-m3's README passes to FlagEmbedding's compute_score: dense, sparse, ColBERT.
+_M3_WEIGHTS = (0.4, 0.2, 0.4)
+
+
+class _BGEM3:
+    """bge-m3 as FlagEmbedding 1.4.2 computes it (``M3Embedder``, with ``EncoderOnlyEmbedderM3Model``'s heads), one
+    text at a time: the dense vector, the [CLS] hidden state normalized; the lexical weights, per token id the largest
+    relu(sparse_linear) above zero, the cls, eos, pad and unk ids left out; the ColBERT vectors, colbert_linear of
+    every token after [CLS], each normalized. A pair's score is colbert+sparse+dense with the README's weights: (0.4
+    dense + 0.2 lexical + 0.4 ColBERT) / 1.0, the ColBERT score the mean over the query's vectors of their best dot
+    product with the document's."""
+
+    def __init__(self, model: _Model) -> None:
+        self._tokenizer, self._model, self._device = model.tokenizer(), model.load(AutoModel), model.device
+        self._colbert, self._sparse = (_saved_linear(model, name) for name in ("colbert_linear.pt", "sparse_linear.pt"))
+        names = ("cls_token", "eos_token", "pad_token", "unk_token")
+        self._unused = {
+            self._tokenizer.convert_tokens_to_ids(self._tokenizer.special_tokens_map[name]) for name in names
+        }
+
+    def _encode(self, text: str) -> tuple[torch.Tensor, dict[int, float], torch.Tensor]:
+        with torch.inference_mode():
+            inputs = self._tokenizer(text, return_tensors="pt").to(self._device)
+            hidden = self._model(**inputs).last_hidden_state[0]
+            weights = torch.relu(self._sparse(hidden)).squeeze(-1).tolist()
+            colbert = torch.nn.functional.normalize(self._colbert(hidden[1:]), dim=-1)
+        lexical: dict[int, float] = {}
+        for token, weight in zip(inputs["input_ids"][0].tolist(), weights, strict=True):
+            if token not in self._unused and weight > lexical.get(token, 0.0):
+                lexical[token] = weight
+        return torch.nn.functional.normalize(hidden[0], dim=-1), lexical, colbert
+
+    def embedding(self, text: str) -> list[float]:
+        return [float(value) for value in self._encode(text)[0].cpu()]
+
+    def scores(self, query: str, documents: Sequence[str]) -> list[float]:
+        dense, lexical, colbert = self._encode(query)
+        found = []
+        for document in documents:
+            their_dense, their_lexical, their_colbert = self._encode(document)
+            sparse = sum(weight * their_lexical[token] for token, weight in lexical.items() if token in their_lexical)
+            late = float((colbert @ their_colbert.T).max(dim=-1).values.sum()) / len(colbert)
+            w_dense, w_sparse, w_colbert = _M3_WEIGHTS
+            found.append(
+                (w_dense * float(dense @ their_dense) + w_sparse * sparse + w_colbert * late) / sum(_M3_WEIGHTS)
+            )
+        return found
+
+
+def _saved_linear(model: _Model, filename: str) -> torch.nn.Linear:
+    """A Linear layer whose state ``torch.save`` left in one of the model's files."""
+    path = cached_file(model.path, filename, local_files_only=model.local_files_only)
+    if path is None:
+        raise ValueError(f"Model {model.path!r} has no {filename}.")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    rows, columns = state["weight"].shape
+    linear = torch.nn.Linear(columns, rows, bias="bias" in state)
+    linear.load_state_dict(state)
+    return linear.to(model.device).eval()
 
 
 class _MeanPooled:

@@ -13,7 +13,7 @@ from typing import NoReturn
 from scorekit.choices import UnfitRuntime, local_model
 from scorekit.cli.flags import error_line, usage_error
 from scorekit.connections import bind_listener
-from scorekit.logs import process_config, route_transformers
+from scorekit.logs import handed_down, process_config, route_transformers
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -29,8 +29,9 @@ def serve(args: argparse.Namespace) -> int:
         socks = [sock, *(bind_listener(args.host, args.port, reuse_port=True) for _ in range(args.api_processes - 1))]
     except ValueError as exc:
         _fail(exc, args.debug)
-    config = process_config(args.log_level)
+    config = process_config(args.log_level, args.log_format)
     logging.config.dictConfig(config)
+    handed_down(args.log_format)  # the front ends and model hosts it starts log in it too
     # The heavy imports (torch, transformers, uvicorn) come only now that the flags are good.
     from scorekit.app import create_app, load_models
     from scorekit.host.client import HostStartError

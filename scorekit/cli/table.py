@@ -21,6 +21,7 @@ from scorekit.cli.flags import (
 )
 from scorekit.deploy.options import RayOptions
 from scorekit.load import ROWS as FRONT_ENDS
+from scorekit.logs import LOG_FORMATS
 from scorekit.settings import LONG_DOCUMENTS, MODEL_HOSTS, MODEL_KINDS, EngineConfig, ModelSpec, Settings
 
 _ENGINE = EngineConfig()
@@ -63,6 +64,14 @@ FLAGS = (
         " once at load and cached; or torchscript (traced at load; on a GPU it gives the interpreter lock up far"
         " less often than torch; docs/models.md)",
         choices=RUNTIMES,
+    ),
+    Flag(
+        "enforce-eager",
+        switch,
+        False,
+        "vLLM's flag, accepted so its command lines carry over: the eager runtime (--runtime torch, which runs no"
+        " graph capture or compilation); with another --runtime it is a usage error",
+        "off",
     ),
     Flag(
         "model-host",
@@ -180,8 +189,17 @@ FLAGS = (
         "max-queue-wait",
         seconds(zero=False),
         _ENGINE.max_queue_wait,
-        "Seconds a request may wait in the queue before any of its work runs; past it, 503 with Retry-After",
+        "Seconds a request may wait in the queue before any of its work runs; past it, 503 with Retry-After"
+        " (a request's X-Request-Timeout header may shorten it)",
         "off",
+        metavar="SECONDS",
+    ),
+    Flag(
+        "priority-aging",
+        seconds(zero=False),
+        _ENGINE.priority_aging,
+        "Seconds of waiting that raise a queued request by one priority level (vLLM's `priority`: lower runs"
+        " earlier), up to the best priority queued, so no request starves",
         metavar="SECONDS",
     ),
     Flag(
@@ -227,7 +245,8 @@ FLAGS = (
         "api-key",
         nonempty,
         None,
-        "A key every request but /health, /ping, /metrics and /load must bring as `Authorization: Bearer KEY`"
+        "A key every request but the probes (/health, /healthz, /readyz, /ping, /metrics, /load) must bring as"
+        " `Authorization: Bearer KEY`"
         " (401 without it); repeat it for several. Its variable or --api-key-file keep it out of the process list",
         "none, no key asked",
         metavar="KEY",
@@ -237,7 +256,9 @@ FLAGS = (
         "api-key-file",
         key_file,
         None,
-        "A file of API keys, one a line (blank lines and # comments skipped); they add to --api-key",
+        "A file of API keys, one a line (blank lines and # comments skipped), each optionally followed by"
+        " name=NAME weight=W requests_per_minute=N items_per_minute=N (its metrics label, fair share and"
+        " quotas); they add to --api-key",
         "none",
         metavar="PATH",
     ),
@@ -254,6 +275,14 @@ FLAGS = (
     Flag("allowed-headers", names, _SETTINGS.allowed_headers, "CORS request headers", "*", metavar="HEADERS"),
     Flag("allow-credentials", switch, _SETTINGS.allow_credentials, "CORS: allow credentials", "off"),
     Flag("log-level", str, "info", "debug logs one line per batch", choices=LOG_LEVELS),
+    Flag(
+        "log-format",
+        str,
+        "text",
+        "text, or json: one JSON object a line (time, level, logger, message, request_id, route, status, duration,"
+        " model), scorekit's access line with them in place of uvicorn's (docs/deployment.md)",
+        choices=LOG_FORMATS,
+    ),
     Flag("debug", switch, False, "Show the traceback of a start-up error, not just its message", "off"),
     Flag(
         "ray",

@@ -63,7 +63,8 @@ class HostClient:
     the host's copy is then the only one (this one is closed at the start), so once the host has ended a front
     end that joins is refused at once rather than left waiting. ``address``: join the host listening there
     instead of starting one. ``cells``: where the outstanding items and tokens are counted (a load board's, to
-    count every front end's); by default this client's alone."""
+    count every front end's); by default this client's alone. ``request_cells``: likewise for the outstanding jobs
+    none of whose items has run yet, and those with one run or running (:meth:`requests`)."""
 
     def __init__(
         self,
@@ -76,6 +77,7 @@ class HostClient:
         listener: socket.socket | None = None,
         address: str | None = None,
         cells: tuple[Cell, Cell] | None = None,
+        request_cells: tuple[Cell, Cell] | None = None,
     ) -> None:
         if listener is not None and address is not None:
             raise ValueError("a client that joins a host at an address cannot hand that host a listener")
@@ -96,6 +98,8 @@ class HostClient:
         self._number_of: dict[ModelJob, int] = {}
         # The items and tokens of the jobs in _jobs (with a board's cells, every front end's jobs too).
         self._items, self._tokens = cells if cells is not None else (LocalCell(), LocalCell())
+        # The jobs in _jobs that wait for their first batch, and those with a batch run or running.
+        self._waiting, self._running_jobs = request_cells if request_cells is not None else (LocalCell(), LocalCell())
         self._running = False
         self._stopping = False
         self._death: WorkerDied | None = None
@@ -267,7 +271,7 @@ class HostClient:
         The total is read without a lock between processes, so front ends that admit at the same instant can pass
         the limit together by a job each; the host's own batcher then refuses what does not fit (``overloaded``)."""
         number = next(self._numbers)
-        message = wire.submit(number, job.inputs)
+        message = wire.submit(number, job.inputs, job.schedule)
         limit = self._spec.engine.max_queued_items
         with self._lock:
             if not self._running or self._death is not None:
@@ -328,11 +332,20 @@ class HostClient:
         with self._lock:  # the two of one moment, as far as this process goes
             return self._items.value, self._tokens.value
 
+    def requests(self) -> tuple[int, int]:
+        """The jobs outstanding on the books that wait for their first batch, and those with a batch run or
+        running (with a board's cells, every front end's): no round trip, as :meth:`queue`."""
+        with self._lock:
+            return self._waiting.value, self._running_jobs.value
+
     def _book(self, jobs: list[ModelJob], sign: int) -> None:
-        """Count the jobs' items and tokens in (``sign`` 1) or out (-1) of the books, under the lock: the one
-        writer of this process's share."""
+        """Count the jobs' items and tokens in (``sign`` 1) or out (-1) of the books, and the jobs themselves as
+        waiting or running, under the lock: the one writer of this process's share."""
         self._items.add(sign * sum(len(job.inputs) for job in jobs))
         self._tokens.add(sign * sum(item.cost for job in jobs for item in job.inputs))
+        waiting = sum(job.started_at is None for job in jobs)
+        self._waiting.add(sign * waiting)
+        self._running_jobs.add(sign * (len(jobs) - waiting))
 
     def _forget(self, job: ModelJob) -> int | None:
         """Take the job off the books (under the lock); its number, or None when it was not on them."""
@@ -361,16 +374,20 @@ class HostClient:
     def _handle(self, message: wire.Message) -> None:
         match message:
             case wire.Started(job=number, waited=waited):
-                with self._lock:
+                with self._lock:  # the job moves from waiting to running on the books at once
                     job = self._jobs.get(number)
-                if job is not None and job.started_at is None:
-                    job.started_at = job.queued_at + waited
+                    if job is not None and job.started_at is None:
+                        job.started_at = job.queued_at + waited
+                        self._waiting.add(-1)
+                        self._running_jobs.add(1)
             case wire.Done(job=number):
                 if (job := self._take(number)) is not None:
+                    job.model_seconds = message.model_seconds  # before the last delivery wakes its waiter
                     _deliver(job, message)
             case wire.Failed(job=number, kind=kind, message=text):
                 if (job := self._take(number)) is not None:
-                    job.fail(self._error(kind, text))
+                    job.model_seconds = message.model_seconds
+                    job.fail(self._error(kind, text, job))
             case wire.Dropped(items=items):
                 self._observer.dropped(items)
             case wire.Batch(size=size, tokens=tokens, seconds=seconds):
@@ -386,10 +403,10 @@ class HostClient:
             case _:
                 logger.warning("the model host sent a message a client does not take: %s", type(message).__name__)
 
-    def _error(self, kind: wire.FailureKind, message: str) -> Exception:
-        limit = self._spec.engine.max_queue_wait
-        if kind == "queue_timeout" and limit is not None:
-            return QueueTimeout(limit)
+    def _error(self, kind: wire.FailureKind, message: str, job: ModelJob) -> Exception:
+        limits = [limit for limit in (job.schedule.timeout, self._spec.engine.max_queue_wait) if limit is not None]
+        if kind == "queue_timeout" and limits:
+            return QueueTimeout(min(limits))
         if kind == "worker_died":
             return WorkerDied(message)
         if kind == "model_error":

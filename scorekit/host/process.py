@@ -1,8 +1,9 @@
 """The model host process: one model's weights, batcher and worker thread(s), fed token ids by front ends.
 
 Its owner starts it (``python -m scorekit.host --fd N``, N its end of a socket pair) and sends ``Hello`` with the
-model's spec; the host loads the full backend, sizes its batches for its device, starts a
-:class:`~scorekit.model_host.LocalHost` (the batcher and worker a server runs in process) and answers ``Ready``.
+model's spec; the host loads the full backend, sizes its batches for its device, runs its warm-up forward
+(:func:`~scorekit.model_host.warm_up`), starts a :class:`~scorekit.model_host.LocalHost` (the batcher and worker a
+server runs in process) and answers ``Ready``.
 A model that fails to load is one line in ``Died`` (the owner's error says it) and exit status 1.
 
 Then a reader thread per connection turns ``Submit`` into a :class:`HostJob` (whose end sends ``Done`` or
@@ -35,7 +36,9 @@ from scorekit.batching import QueueFull
 from scorekit.errors import ModelFailure, QueueTimeout, WorkerDied
 from scorekit.host import wire
 from scorekit.host.channel import Channel
-from scorekit.model_host import LocalHost
+from scorekit.jobs import Schedule
+from scorekit.logs import host_logging
+from scorekit.model_host import LocalHost, warm_up
 from scorekit.model_job import ModelJob
 from scorekit.models import load_spec
 from scorekit.models.base import Encoded
@@ -53,11 +56,11 @@ class HostJob(ModelJob):
     its lock and with no hook; here that assignment also sends ``Started``, so the front end learns the queue
     wait and that the job runs (a client that leaves now is counted as leaving a running job)."""
 
-    def __init__(self, number: int, inputs: list[Encoded], server: HostServer) -> None:
+    def __init__(self, number: int, inputs: list[Encoded], schedule: Schedule, server: HostServer) -> None:
         self.number = number
         self._server = server
         self._started: float | None = None
-        super().__init__(inputs, notify=self._answer)
+        super().__init__(inputs, notify=self._answer, schedule=schedule)
 
     @property  # the dataclass field of Job, watched
     def started_at(self) -> float | None:
@@ -75,13 +78,14 @@ class HostJob(ModelJob):
             return
         error = self.error
         if error is not None:
-            self._server.channel.send(wire.Failed(self.number, _kind(error), str(error)))
+            self._server.channel.send(wire.Failed(self.number, _kind(error), str(error), self.model_seconds))
             return
         packed = self._packed
         if packed is not None and all(output is packed for output in self.results):
-            self._server.channel.send(wire.Done(self.number, True, [wire.tensor(packed)]))
+            done = wire.Done(self.number, True, [wire.tensor(packed)], self.model_seconds)
         else:
-            self._server.channel.send(wire.Done(self.number, False, [wire.tensor(row) for row in self.outputs()]))
+            done = wire.Done(self.number, False, [wire.tensor(row) for row in self.outputs()], self.model_seconds)
+        self._server.channel.send(done)
 
 
 def _kind(error: BaseException) -> wire.FailureKind:
@@ -172,7 +176,7 @@ class HostServer:
                     logger.warning("the model host ignored a message it does not take: %s", type(message).__name__)
 
     def _submit(self, message: wire.Submit) -> None:
-        job = HostJob(message.job, wire.inputs_of(message), self)
+        job = HostJob(message.job, wire.inputs_of(message), wire.schedule_of(message), self)
         self.jobs[message.job] = job
         try:
             self.local.submit(job)
@@ -195,6 +199,7 @@ class HostServer:
             worker.most_busy,
             list(worker.recent_batch_sizes),
             list(worker.recent_batch_jobs),
+            worker.busy_seconds,
         )
 
     def abort_all(self) -> None:
@@ -242,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fd", type=int, required=True, help="this process's end of its owner's socket pair")
     parser.add_argument("--listen-fd", type=int, help="a listening Unix socket where front ends join, once ready")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s scorekit model host: %(message)s")
+    host_logging()
     ended = threading.Event()  # the owner closed, a write to it failed, or SIGTERM
     broken = threading.Event()  # a write to the owner failed: nobody reads its answers
 
@@ -262,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         backend = load_spec(spec)
         budget = batch_token_budget(backend, spec, sharing=hello.sharing)
         local = LocalHost(backend, replace(spec.engine, max_batch_tokens=budget.tokens), _Reports(connections))
+        warm_up(backend, budget.tokens)  # before Ready: no front end serves (or is ready) until it ran
         local.start()
     except Exception as exc:
         channel.send(wire.Died(_one_line(exc)))  # the owner says it, once, as its own error

@@ -7,9 +7,10 @@ nothing on the hot path is pickled and no Python int is made per token. Both end
 interpreter, so the machine's byte order and int size are the wire's.
 
 The host's owner sends ``Hello`` once; a front end that joins a started host (``--listen-fd``) sends ``Join``
-instead. Then each sends ``Submit``, ``Abort``, ``Expire`` and ``StatsRequest``; the host answers ``Ready`` (or
-``Died`` when its model fails to load), then ``Started``, ``Done``, ``Failed``, ``Dropped``, ``Batch``, ``Stats``
-and, when its worker dies, ``Died``. A job is named by a number its connection gives it.
+instead. Then each sends ``Submit`` (with the job's schedule), ``Abort``, ``Expire`` and ``StatsRequest``; the host
+answers ``Ready`` (or ``Died`` when its model fails to load), then ``Started``, ``Done``, ``Failed`` (both with the
+job's model seconds), ``Dropped``, ``Batch``, ``Stats`` and, when its worker dies, ``Died``. A job is named by a
+number its connection gives it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Literal
 import msgspec
 import torch
 
+from scorekit.jobs import Schedule
 from scorekit.models.base import Encoded, SharedPrefix
 from scorekit.settings import ModelKind, ModelSpec
 from scorekit.worker import WorkerStats
@@ -70,11 +72,16 @@ class Ready(msgspec.Struct, tag=True, array_like=True):
 
 
 class Submit(msgspec.Struct, tag=True, array_like=True):
-    """Queue a job: its inputs, and the lengths of the distinct shared prefixes they point to."""
+    """Queue a job: its inputs, the lengths of the distinct shared prefixes they point to, and its
+    :class:`~scorekit.jobs.Schedule` (priority, fair-share key and weight, the seconds it may wait queued)."""
 
     job: int
     inputs: list[Input]
     prefixes: list[int]
+    priority: int = 0
+    key: str = ""
+    weight: float = 1.0
+    timeout: float | None = None
 
 
 class Abort(msgspec.Struct, tag=True, array_like=True):
@@ -102,17 +109,21 @@ class Started(msgspec.Struct, tag=True, array_like=True):
 
 class Done(msgspec.Struct, tag=True, array_like=True):
     """Every output of the job: ``packed``, one tensor whose rows are the outputs in input order; else one tensor
-    per input (outputs of different shapes)."""
+    per input (outputs of different shapes). ``model_seconds``: the job's share of its batches' forward time."""
 
     job: int
     packed: bool
     outputs: list[Tensor]
+    model_seconds: float = 0.0
 
 
 class Failed(msgspec.Struct, tag=True, array_like=True):
+    """The job failed; ``model_seconds`` is its share of the batches that ran (or failed) with it before then."""
+
     job: int
     kind: FailureKind
     message: str
+    model_seconds: float = 0.0
 
 
 class Dropped(msgspec.Struct, tag=True, array_like=True):
@@ -143,6 +154,7 @@ class Stats(msgspec.Struct, tag=True, array_like=True):
     most_busy: int
     recent_batch_sizes: list[int]
     recent_batch_jobs: list[int]
+    busy_seconds: float = 0.0
 
 
 class Died(msgspec.Struct, tag=True, array_like=True):
@@ -169,8 +181,9 @@ Message = (
 )
 
 
-def submit(job: int, inputs: list[Encoded]) -> Submit:
-    """A job's inputs as a ``Submit``; inputs holding one :class:`SharedPrefix` object point to one entry."""
+def submit(job: int, inputs: list[Encoded], schedule: Schedule | None = None) -> Submit:
+    """A job's inputs and schedule as a ``Submit``; inputs holding one :class:`SharedPrefix` object point to one
+    entry."""
     prefixes: dict[int, int] = {}  # id of a prefix object -> its index in the message
     lengths: list[int] = []
     wired = []
@@ -190,7 +203,13 @@ def submit(job: int, inputs: list[Encoded]) -> Submit:
                 prefix,
             )
         )
-    return Submit(job, wired, lengths)
+    placed = Schedule() if schedule is None else schedule
+    return Submit(job, wired, lengths, placed.priority, placed.key, placed.weight, placed.timeout)
+
+
+def schedule_of(message: Submit) -> Schedule:
+    """The schedule a ``Submit`` carries."""
+    return Schedule(message.priority, message.key, message.weight, message.timeout)
 
 
 def inputs_of(message: Submit) -> list[Encoded]:
@@ -238,6 +257,7 @@ def worker_stats(stats: Stats) -> WorkerStats:
         items=stats.items,
         items_of_cancelled_jobs=stats.items_of_cancelled_jobs,
         failed_batches=stats.failed_batches,
+        busy_seconds=stats.busy_seconds,
         most_busy=stats.most_busy,
     )
     worker.recent_batch_sizes.extend(stats.recent_batch_sizes)

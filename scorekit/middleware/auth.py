@@ -1,12 +1,16 @@
 """API keys: a request must carry ``Authorization: Bearer <key>`` with one of the server's keys, or it gets 401.
 
-The probes a balancer or a scraper polls (the routes the table marks ``public``: /health, /ping, /metrics,
-/load) stay open, and so does every OPTIONS request: a CORS preflight carries no credentials, and the CORS
-middleware above this one answers it. The gate sits above the drain gate and the router, so a refused
+The probes a balancer or a scraper polls (the routes the table marks ``public``: /health, /healthz, /readyz,
+/ping, /metrics, /load) stay open, and so does every OPTIONS request: a CORS preflight carries no credentials,
+and the CORS middleware above this one answers it. The gate sits above the drain gate and the router, so a refused
 request never reaches an endpoint, never does model work and is never labelled as load. The SHA-256 digest
 of the key given is compared with every key's in constant time (no early exit; digests, so the keys'
 lengths do not show either), so the answer's timing says nothing about how much of a key was right; no key
 is ever logged.
+
+A request that passes is its key's: the gate names the request's ticket for the key (its name and fair-share
+weight, ``scorekit.ticket``) and takes one request from the key's quota, answering 429 when it is spent
+(``middleware/quota.py``); a key's item quota is handed on, on the ticket, to the engine that admits the request.
 """
 
 from __future__ import annotations
@@ -17,23 +21,34 @@ from collections.abc import Callable, Sequence
 
 from scorekit.asgi import ASGIApp, Receive, Scope, Send
 from scorekit.http import HTTPError, send_response
+from scorekit.middleware.quota import KeyQuotas
 from scorekit.routing import Route
+from scorekit.settings import ApiKey
+from scorekit.ticket import current_ticket
 
 _UNAUTHORIZED = HTTPError(401, "Unauthorized", headers=[(b"www-authenticate", b"Bearer")])
 
 
 class ApiKeyGate:
-    def __init__(self, app: ASGIApp, *, keys: Sequence[str], route_of: Callable[[Scope], Route | None]) -> None:
-        if not keys or not all(keys):
+    def __init__(self, app: ASGIApp, *, keys: Sequence[ApiKey], route_of: Callable[[Scope], Route | None]) -> None:
+        if not keys or not all(key.key for key in keys):
             raise ValueError("ApiKeyGate needs at least one key, and no empty key")
         self.app = app
-        self._keys = tuple(_digest(key.encode()) for key in keys)
+        self._keys = tuple(_digest(key.key.encode()) for key in keys)
+        self._quotas = {digest: KeyQuotas(key) for digest, key in zip(self._keys, keys, strict=True)}
         self._route_of = route_of
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self._open(scope) and not self._authorized(scope):
-            await send_response(send, _UNAUTHORIZED.to_response())
-            return
+        if scope["type"] == "http" and not self._open(scope):
+            given = _bearer(scope) if self._authorized(scope) else None
+            if given is None:
+                await send_response(send, _UNAUTHORIZED.to_response())
+                return
+            # Looked up only once the key is known right: the time this takes says nothing of other keys.
+            refused = self._quotas[_digest(given)].admit(current_ticket())
+            if refused is not None:
+                await send_response(send, refused.to_response())
+                return
         await self.app(scope, receive, send)
 
     def _open(self, scope: Scope) -> bool:

@@ -24,18 +24,24 @@ from .base import (
     TruncationTooLarge,
 )
 from .bf16 import log_cpu_bf16
+from .bge_m3 import BGEM3Backend, heads_beside
 from .bi_encoder import BiEncoderBackend
 from .causal_lm import CausalLMBackend
 from .cross_encoder import CrossEncoderBackend
 from .description import Loading, Served, describe
 from .files import Detection, Source, kind_of, parse_device, parse_dtype
+from .late_interaction import LateInteractionBackend
+from .late_layout import layout_of
 from .listwise import ListwiseRerankerBackend
 from .llm_reranker import LLMRerankerBackend
 from .rerank_template import TEMPLATE_FILE
 from .runtime import ModelRuntime
+from .sparse import SparseEncoderBackend
+from .sparse_layout import sparse_modules
 from .st_head import modular_transformer
 
 __all__ = [
+    "BGEM3Backend",
     "Backend",
     "BiEncoderBackend",
     "CausalLMBackend",
@@ -45,10 +51,12 @@ __all__ = [
     "InputTooLong",
     "LLMRerankerBackend",
     "LabelScorer",
+    "LateInteractionBackend",
     "ListwiseRerankerBackend",
     "ModelKind",
     "PairScorer",
     "Plan",
+    "SparseEncoderBackend",
     "TruncationSide",
     "TruncationTooLarge",
     "default_model_path",
@@ -73,8 +81,11 @@ def detect_kind(path_or_name: str) -> ModelKind:
 
 def detect(path_or_name: str) -> Detection:
     """The kind from config.json's architectures, and what decided it; sentence-transformers' modular CrossEncoder
-    (a backbone, then a head) is a cross-encoder whatever its backbone's config says. A causal LM is an LLM
-    reranker when the checkpoint says so: a reranker template beside its weights, or "rerank" in its name
+    (a backbone, then a head) is a cross-encoder whatever its backbone's config says, a ColBERT (PyLate's layout,
+    Stanford's HF_ColBERT or sentence-transformers' MultiVectorEncoder) a late-interaction model, and a
+    SparseEncoder (a masked-LM, then SpladePooling; as its modules.json lists them) a sparse encoder, and an encoder
+    with FlagEmbedding's colbert_linear.pt and sparse_linear.pt beside it a bge-m3, whatever else it ships. A causal
+    LM is an LLM reranker when the checkpoint says so: a reranker template beside its weights, or "rerank" in its name
     (Qwen/Qwen3-Reranker-4B, BAAI/bge-reranker-v2-gemma). A bare encoder (``BertModel``), or a Sentence-Transformers
     folder (modules.json) of no other kind, is a bi-encoder. Anything else fits no kind and is refused in one line
     naming what its config.json names: it is never served as a guess (``--model-kind`` says what to serve it as)."""
@@ -83,8 +94,14 @@ def detect(path_or_name: str) -> Detection:
     modules: Any = source.read_json("modules.json")
     if config is None and modules is None:
         raise ValueError(f"Model {path_or_name!r} could not be loaded: it has no config.json.")
+    if (heads := heads_beside(source)) is not None:  # an encoder's architectures and modules.json, but bge-m3's heads
+        return Detection("bge-m3", heads)
+    if (late := layout_of(source)) is not None:  # a backbone's architectures, but a ColBERT's layout around it
+        return Detection("late-interaction", late[1])
     if modular_transformer(source) is not None:  # a backbone's architectures, but a CrossEncoder's head after it
         return Detection("cross-encoder", f"modules.json lists {_module_types(modules)} (a CrossEncoder's head)")
+    if (sparse := sparse_modules(source)) is not None:  # a masked-LM's architectures, but a SparseEncoder's pooling
+        return Detection("sparse-encoder", sparse)
     architectures = list((config or {}).get("architectures") or [])
     named = f"config.json's architectures name {', '.join(architectures)}" if architectures else ""
     kind = kind_of(architectures)
@@ -181,6 +198,12 @@ def load_backend(
             backend = LLMRerankerBackend(source, device=torch_device, dtype=torch_dtype, template=reranker_template)
         case "listwise-reranker":
             backend = ListwiseRerankerBackend(source, device=torch_device, dtype=torch_dtype)
+        case "sparse-encoder":
+            backend = SparseEncoderBackend(source, device=torch_device, dtype=torch_dtype)
+        case "late-interaction":
+            backend = LateInteractionBackend(source, device=torch_device, dtype=torch_dtype)
+        case "bge-m3":
+            backend = BGEM3Backend(source, device=torch_device, dtype=torch_dtype)
     if reranker_template is not None and backend.kind != "llm-reranker":
         raise ValueError(
             f"A reranker template was given, but model {model!r} is served as a {backend.kind}: "

@@ -1,5 +1,5 @@
 """What every backend offers: tokenized inputs with a known cost, a batched forward, and the capabilities
-(pair scoring, label scoring, embedding) it declares by implementing their protocols.
+(pair scoring, label scoring, embedding, sparse embedding) it declares by implementing their protocols.
 
 A capability turns one request into a :class:`Plan` before anything is tokenized: how many model inputs
 it needs (the engine refuses what can never fit), how to encode them (off the event loop), and how to
@@ -22,7 +22,18 @@ from scorekit.errors import InputTooLong as InputTooLong
 from scorekit.errors import Place
 from scorekit.errors import TruncationTooLarge as TruncationTooLarge
 from scorekit.settings import ModelKind as ModelKind
-from scorekit.tasks import Embeddings, EmbedOptions, LabelQuery, LabelScores, PairOptions, PairScores
+from scorekit.tasks import (
+    Embeddings,
+    EmbedOptions,
+    LabelQuery,
+    LabelScores,
+    PairOptions,
+    PairScores,
+    SparseEmbeddings,
+    SparseOptions,
+    TokenEmbeddings,
+    TokenEmbedOptions,
+)
 from scorekit.tasks import TruncationSide as TruncationSide
 
 R = TypeVar("R", covariant=True)
@@ -165,5 +176,25 @@ class Embedder(Protocol):
     """One vector per text: /v1/embeddings and /embed."""
 
     def plan_embed(self, texts: list[str], options: EmbedOptions) -> Plan[Embeddings]:
+        """Place (1, i) is ``texts[i]``."""
+        ...
+
+
+@runtime_checkable
+class SparseEmbedder(Protocol):
+    """One sparse vector per text, a weight per token id of the vocabulary, most of them zero: TEI's
+    /embed_sparse."""
+
+    def plan_embed_sparse(self, texts: list[str], options: SparseOptions) -> Plan[SparseEmbeddings]:
+        """Place (1, i) is ``texts[i]``."""
+        ...
+
+
+@runtime_checkable
+class TokenEmbedder(Protocol):
+    """One vector per token of each text (a late-interaction model's): vLLM's /pooling ``token_embed`` and TEI's
+    /embed_all."""
+
+    def plan_token_embed(self, texts: list[str], options: TokenEmbedOptions) -> Plan[TokenEmbeddings]:
         """Place (1, i) is ``texts[i]``."""
         ...

@@ -13,7 +13,7 @@ from torch.nn import functional
 from transformers import AutoModel
 
 from scorekit.errors import Place
-from scorekit.tasks import Chunking, Embeddings, EmbedOptions, PairOptions, PairScores, Window
+from scorekit.tasks import Chunking, Embeddings, EmbedOptions, PairOptions, PairScores, Prompt, Window
 
 from .base import (
     Checkpoint,
@@ -36,6 +36,11 @@ from .pooling import pool, pools_prompt, read_pooling
 from .runtime import TORCH, ModelRuntime
 from .tokens import Meter
 from .truncation import cut_texts, encode_text_windows, encode_texts, limits
+
+# The prompts a pair's two sides get, as sentence-transformers' encode_query and encode_document pick them: the
+# model's saved "query" and "document" prompts, or none.
+QUERY = Prompt("query", if_saved=True)
+DOCUMENT = Prompt("document", if_saved=True)
 
 
 class BiEncoderBackend(LoadedModel):
@@ -70,53 +75,69 @@ class BiEncoderBackend(LoadedModel):
 
     def plan_pairs(self, side1: list[str], side2: list[str], options: PairOptions) -> Plan[PairScores]:
         """Each distinct text is embedded once (a 1:N request's query once); a pair's score is the cosine of
-        its two normalised embeddings. ``use_activation`` means nothing here. With chunking, see
+        its two normalised embeddings, the query embedded as sentence-transformers' ``encode_query`` embeds it
+        and the document as ``encode_document`` does: after the model's saved "query" or "document" prompt (none
+        unless saved; never the default prompt). ``use_activation`` means nothing here. With chunking, see
         :meth:`_plan_windowed`."""
         check_pair_options(options, self.max_length, self.kind, chunks=self.chunks_documents)
         if options.chunking is not None:
             return self._plan_windowed(side1, side2, options, options.chunking)
         pairing = Pairing.of(side1, side2)
-        cut_query, cut_document = options.query_tokens, options.document_tokens
-        # A row is a text and the cut its side asks for: each distinct one is embedded once.
-        rows = list(dict.fromkeys([(text, cut_query) for text in side1] + [(text, cut_document) for text in side2]))
+        query_side = (options.query_tokens, self.prompts.text(QUERY))
+        document_side = (options.document_tokens, self.prompts.text(DOCUMENT))
+        # A row is a text, the cut its side asks for and its side's prompt: each distinct one is embedded once.
+        rows = list(dict.fromkeys([(text, *query_side) for text in side1] + [(text, *document_side) for text in side2]))
         row_of = {row: i for i, row in enumerate(rows)}
 
         def finish(inputs: list[Encoded], outputs: list[torch.Tensor]) -> PairScores:
             embeddings = _finish(outputs, normalize=True)
-            documents = [row_of[b, cut_document] for _, b in pairing.distinct]
+            documents = [row_of[b, *document_side] for _, b in pairing.distinct]
             # One dot product per row, each summed in the same order: a pair's score never depends on its row.
             # The products overwrite rows that are not needed after: no other N-row tensor beside the embeddings.
             if len(side1) == 1:  # 1:N: every row times the query's one row (a copy, as its row is overwritten)
-                query = embeddings[row_of[side1[0], cut_query]].clone()
+                query = embeddings[row_of[side1[0], *query_side]].clone()
                 products = embeddings.mul_(query).sum(-1)[documents]
             else:
-                queries = embeddings[[row_of[a, cut_query] for a, _ in pairing.distinct]]
+                queries = embeddings[[row_of[a, *query_side] for a, _ in pairing.distinct]]
                 products = embeddings[documents].mul_(queries).sum(-1)
             scores: list[float] = products.tolist()
             # The query once per side-1 entry, as vLLM counts.
-            tokens = sum(inputs[row_of[text, cut_query]].cost for text in side1)
-            tokens += sum(inputs[row_of[text, cut_document]].cost for text in side2)
+            tokens = sum(inputs[row_of[text, *query_side]].cost for text in side1)
+            tokens += sum(inputs[row_of[text, *document_side]].cost for text in side2)
             return PairScores(pairing.spread(scores), tokens)
 
         def places_of(row: int, part: int | None) -> tuple[Place, ...]:
-            text, cut = rows[row]
-            in_side1 = text in side1 and cut == cut_query
+            text, *side = rows[row]
+            in_side1 = text in side1 and tuple(side) == query_side
             return ((0, side1.index(text)),) if in_side1 else ((1, side2.index(text)),)
 
         def encode(checkpoint: Checkpoint) -> Encoding[PairScores]:
             meter = Meter(checkpoint)
-            texts = [text for text, _ in rows]
-            for cut in {cut_query, cut_document} - {0}:
-                places = [i for i, (_, tokens) in enumerate(rows) if tokens == cut]
+            texts = [text for text, _, _ in rows]
+            for cut in {cut for _, cut, _ in rows} - {0}:
+                places = [i for i, (_, tokens, _) in enumerate(rows) if tokens == cut]
                 shorter = cut_texts(self._tokens, [texts[i] for i in places], cut, meter)
                 for place, text in zip(places, shorter, strict=True):
                     texts[place] = text
             with located(places_of):
-                encoded = self._encode_texts(texts, options.truncate, options.side, meter)
+                encoded = self._encode_texts(
+                    [prompt + text for text, (_, _, prompt) in zip(texts, rows, strict=True)],
+                    options.truncate,
+                    options.side,
+                    meter,
+                )
             meter.close()
+            encoded = [self._skip_prompt(item, prompt) for item, (_, _, prompt) in zip(encoded, rows, strict=True)]
             return Encoding(encoded, lambda outputs: finish(encoded, outputs))
 
-        return Plan(count=len(rows), chars=sum(len(text) for text, _ in rows), encode=encode)
+        return Plan(count=len(rows), chars=sum(len(text) + len(prompt) for text, _, prompt in rows), encode=encode)
+
+    def _skip_prompt(self, item: Encoded, prompt: str) -> Encoded:
+        """``item``, marked to leave ``prompt``'s tokens out of pooling when the Pooling module says so
+        (``include_prompt: false``; see ``forward``)."""
+        if not prompt or self.pools_prompt:
+            return item
+        return replace(item, prefix=SharedPrefix(prompt_length(self._tokenizer, prompt)))
 
     def _plan_windowed(
         self, side1: list[str], side2: list[str], options: PairOptions, chunking: Chunking
@@ -127,18 +148,23 @@ class BiEncoderBackend(LoadedModel):
         document's windows (the first of equal ones), and which window won. Usage counts the query once per
         side-1 entry and every window of a document once per side-2 entry, as vLLM counts every pair."""
         pairing = Pairing.of(side1, side2)
+        query_prompt, document_prompt = self.prompts.text(QUERY), self.prompts.text(DOCUMENT)
         queries, documents = list(dict.fromkeys(side1)), list(dict.fromkeys(side2))
         query_row = {text: row for row, text in enumerate(queries)}
         document_row = {text: row for row, text in enumerate(documents)}
 
         def encode(checkpoint: Checkpoint) -> Encoding[PairScores]:
             meter = Meter(checkpoint)
-            asked = cut_texts(self._tokens, queries, options.query_tokens, meter)
+            asked = [query_prompt + text for text in cut_texts(self._tokens, queries, options.query_tokens, meter)]
             with located(lambda row, _: ((0, side1.index(queries[row])),)):
                 query_inputs = self._encode_texts(asked, options.truncate, options.side, meter)
             read = cut_texts(self._tokens, documents, options.document_tokens, meter)
-            window_inputs, spans = encode_text_windows(self._tokens, read, self.max_length, chunking, meter)
+            window_inputs, spans = encode_text_windows(
+                self._tokens, read, self.max_length, chunking, meter, document_prompt
+            )
             meter.close()
+            query_inputs = [self._skip_prompt(item, query_prompt) for item in query_inputs]
+            window_inputs = [self._skip_prompt(item, document_prompt) for item in window_inputs]
             inputs = query_inputs + window_inputs
             return Encoding(inputs, lambda outputs: finish(inputs, spans, outputs))
 
@@ -173,8 +199,6 @@ class BiEncoderBackend(LoadedModel):
         normalize = self.normalizes if options.normalize is None else options.normalize
         size = None if options.dimensions is None else self.matryoshka.check(options.dimensions)
         prompt = self.prompts.text(options.prompt)
-        # With include_prompt false the prompt's tokens are masked out of pooling (see ``forward``).
-        skipped = SharedPrefix(prompt_length(self._tokenizer, prompt)) if prompt and not self.pools_prompt else None
 
         def finish(inputs: list[Encoded], outputs: list[torch.Tensor]) -> Embeddings:
             rows: list[list[float]] = _finish(outputs, normalize=normalize, size=size).tolist()
@@ -185,8 +209,7 @@ class BiEncoderBackend(LoadedModel):
             prompted = [prompt + text for text in distinct]
             with located(lambda row, _: ((1, texts.index(distinct[row])),)):
                 encoded = self.encode_texts(prompted, options.truncate, options.side, checkpoint)
-            if skipped is not None:
-                encoded = [replace(item, prefix=skipped) for item in encoded]
+            encoded = [self._skip_prompt(item, prompt) for item in encoded]
             return Encoding(encoded, lambda outputs: finish(encoded, outputs))
 
         chars = sum(map(len, distinct)) + len(prompt) * len(distinct)

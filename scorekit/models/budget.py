@@ -116,7 +116,7 @@ def _measure(backend: Backend, device: torch.device) -> tuple[int, float]:
         before = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
         try:
-            backend.forward([_probe(length)] * count)
+            backend.forward([probe_input(length)] * count)
             torch.cuda.synchronize(device)
         except torch.OutOfMemoryError:
             torch.cuda.empty_cache()
@@ -135,6 +135,7 @@ def _device_key(device: str) -> tuple[str, int]:
     return parsed.type, parsed.index or 0
 
 
-def _probe(length: int) -> Encoded:
-    """An input of ``length`` tokens (id 0, in every vocabulary), with a label id for the kinds that read one."""
+def probe_input(length: int) -> Encoded:
+    """An input of ``length`` tokens (id 0, in every vocabulary), with a label id for the kinds that read one: what
+    the memory probe here and the warm-up (``model_host.warm_up``) run."""
     return Encoded(token_array([0] * length), label_token_ids=(0,))

@@ -14,15 +14,27 @@ import torch
 
 from scorekit.choices import Runtime
 
+from .bge_m3 import DEFAULT_MODE, DEFAULT_WEIGHTS, BGEM3Backend
 from .bi_encoder import BiEncoderBackend
 from .causal_lm import CausalLMBackend
 from .cross_encoder import CrossEncoderBackend
 from .files import Detection
+from .late_interaction import LateInteractionBackend
 from .listwise import EMBED_TOKEN, QUERY_TOKEN, WINDOW_DOCUMENTS, ListwiseRerankerBackend
 from .llm_reranker import LLMRerankerBackend
+from .sparse import SparseEncoderBackend
 
 # Every backend load_backend makes.
-Served = CrossEncoderBackend | BiEncoderBackend | CausalLMBackend | LLMRerankerBackend | ListwiseRerankerBackend
+Served = (
+    CrossEncoderBackend
+    | BiEncoderBackend
+    | CausalLMBackend
+    | LLMRerankerBackend
+    | ListwiseRerankerBackend
+    | SparseEncoderBackend
+    | LateInteractionBackend
+    | BGEM3Backend
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +73,13 @@ def _scores(backend: Served, loading: Loading) -> str:
         return f"scores with {backend.activation.said}"
     if isinstance(backend, BiEncoderBackend):
         normalized = "normalized (a Normalize module)" if backend.normalizes else "not normalized (no Normalize module)"
+        prompts = backend.prompts.prompts
+        sides = "".join(
+            f", its {side} after the prompt {prompts[side]!r}" for side in ("query", "document") if prompts[side]
+        )
         return (
             f"pooling {backend.pooling} ({backend.pooling_from}); embeddings {normalized}; a pair's score is the"
-            " cosine of its two embeddings"
+            f" cosine of its two embeddings{sides}"
         )
     if isinstance(backend, LLMRerankerBackend):
         return f"template {backend.template_origin}; {_labels(backend.template.labels)}"
@@ -72,7 +88,50 @@ def _scores(backend: Served, loading: Loading) -> str:
             f"a query and up to {WINDOW_DOCUMENTS} documents in one context; a score is the cosine of the projected"
             f" embeddings at a document's {EMBED_TOKEN} and the query's {QUERY_TOKEN}"
         )
+    if isinstance(backend, SparseEncoderBackend):
+        return _sparse(backend)
+    if isinstance(backend, LateInteractionBackend):
+        return _late(backend)
+    if isinstance(backend, BGEM3Backend):
+        return _bge_m3(backend)
     return "/generative_scoring only: the next-token probabilities of the label tokens a request names"
+
+
+def _sparse(backend: SparseEncoderBackend) -> str:
+    layout, kept = backend.layout, backend.saved.max_active_dims
+    weights = "log1p(log1p(relu(logits)))" if layout.head.activation == "log1p_relu" else "log1p(relu(logits))"
+    queries = "; a query's vector is the static weights of its tokens (no model runs)" if backend.queries else ""
+    pruned = f"; each vector keeps its {kept} largest weights (max_active_dims)" if kept is not None else ""
+    return (
+        f"SPLADE: the {layout.head.strategy} over the tokens of {weights} (modules: {layout.modules}){queries}"
+        f"{pruned}; a pair's score is the dot product of its two sparse vectors"
+    )
+
+
+def _late(backend: LateInteractionBackend) -> str:
+    layout = backend.layout
+    query, document, expansion = layout.query, layout.document, layout.expansion
+    expanded = ""
+    if expansion is not None:
+        seen = "attended" if expansion.attend else "not attended"
+        expanded = f", padded to {expansion.length} with {expansion.named} ({seen})"
+    finish = "over the query's vector count (meanmaxsim)" if layout.mean else ""
+    return (
+        f"late interaction ({layout.name} layout): one normalized {backend.dimensions}-dimension vector per token;"
+        f" a query gets {query.said}, up to {query.limit} tokens{expanded}; a document gets {document.said}, up to"
+        f" {document.limit} tokens, the vectors of {len(document.skip)} skiplist token ids dropped; a pair's score"
+        f" is MaxSim, the sum over the query's vectors of the best dot product with the document's {finish}".rstrip()
+    )
+
+
+def _bge_m3(backend: BGEM3Backend) -> str:
+    dense, sparse, colbert = DEFAULT_WEIGHTS
+    return (
+        f"bge-m3 (FlagEmbedding's recipe): dense, the normalized [CLS] hidden state ({backend.hidden} dimensions);"
+        f" sparse, relu(sparse_linear) per token, the largest per token id, ids {backend.left_out} left out; ColBERT,"
+        f" colbert_linear ({backend.dimensions} dimensions) of each token after [CLS], normalized; a pair's score is"
+        f" {DEFAULT_MODE} (weights dense {dense}, sparse {sparse}, ColBERT {colbert}) unless score_mode says"
+    )
 
 
 def _labels(labels: tuple[str, ...]) -> str:

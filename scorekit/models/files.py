@@ -85,6 +85,19 @@ class Source:
         """What every ``from_pretrained`` call takes: the location, and whether the model's own code may run."""
         return {**self.kwargs(), "trust_remote_code": self.trust_remote_code}
 
+    def path_of(self, filename: str) -> str | None:
+        """Where one of the model's files is on this machine (a hub name's from its cache), or None when it has no
+        such file (or it cannot be fetched)."""
+        with loading(self.name):
+            path: str | None = cached_file(
+                self.name,
+                filename,
+                **self.kwargs(),
+                _raise_exceptions_for_missing_entries=False,
+                _raise_exceptions_for_connection_errors=False,
+            )
+            return path
+
     def read_json(self, filename: str) -> Any:
         """A JSON file of the model, or None when it has no such file (or it cannot be fetched)."""
         with loading(self.name):
@@ -162,6 +175,8 @@ def kind_of(architectures: Sequence[str]) -> ModelKind | None:
     that fits no kind (``BertForMaskedLM``, ``T5ForConditionalGeneration``) or none named."""
     if "JinaForRanking" in architectures:  # jina-reranker-v3: a Qwen3 backbone and a projector (models/listwise.py)
         return "listwise-reranker"
+    if "HF_ColBERT" in architectures:  # a Stanford ColBERT: an encoder and its projection (models/late_layout.py)
+        return "late-interaction"
     if any(name.endswith("ForSequenceClassification") for name in architectures):
         return "cross-encoder"
     if any(name.endswith(("ForCausalLM", "LMHeadModel")) for name in architectures):
@@ -193,8 +208,10 @@ def load_model(
 
 
 def _check_trained(model: PreTrainedModel, missing: Iterable[str], name: str, kind: ModelKind) -> None:
-    """Refuse ``missing`` weights, except a pooler's for a bi-encoder (its pooling is sentence-transformers')."""
-    random = sorted(key for key in missing if not (kind == "bi-encoder" and ".pooler." in f".{key}"))
+    """Refuse ``missing`` weights, except a pooler's for a bi-encoder, a late-interaction model or a bge-m3 (which
+    read the token vectors, never the pooler)."""
+    pools_itself = kind in ("bi-encoder", "late-interaction", "bge-m3")
+    random = sorted(key for key in missing if not (pools_itself and ".pooler." in f".{key}"))
     if not random:
         return
     architectures = list(getattr(model.config, "architectures", None) or [])

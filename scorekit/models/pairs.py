@@ -67,10 +67,13 @@ def sigmoid(logit: float) -> float:
 
 
 def check_pair_options(options: PairOptions, max_length: int, kind: ModelKind, *, chunks: bool) -> None:
-    """Refuse what a pair scorer of this kind cannot do (an instruction needs an LLM reranker's prompt,
-    windows a scorer that ``chunks``), then vLLM's checks of the side cuts."""
+    """Refuse what a pair scorer of this kind cannot do (an instruction needs an LLM reranker's prompt, a score
+    mode a bge-m3's several scores, windows a scorer that ``chunks``), then vLLM's checks of the side cuts."""
     if options.instruction is not None and kind not in ("llm-reranker", "listwise-reranker"):
         raise InvalidRequest(f"instruction fills a reranker's prompt; a {kind} has none.", "instruction")
+    for name, value in (("score_mode", options.score_mode), ("score_weights", options.score_weights)):
+        if value is not None and kind != "bge-m3":
+            raise InvalidRequest(f"{name} picks among a bge-m3's scores; a {kind} has one kind of score.", name)
     if options.chunking is not None and not chunks:
         raise InvalidRequest(
             f"A {kind} reads each document as one passage and cannot score it by windows; "

@@ -8,6 +8,7 @@ tokens kept are copied into a model input (``tokens.py`` says why).
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Sequence
 
 from scorekit.errors import InputTooLong, InvalidRequest, NoRoomForDocument, TruncationTooLarge
@@ -126,12 +127,15 @@ def cut_texts(tokens: TextTokenizer, texts: Sequence[str], max_tokens: int, mete
     return [cut[text] for text in texts]
 
 
-def encode_texts(tokens: TextTokenizer, texts: Sequence[str], limits: Limits, meter: Meter) -> list[Encoded]:
-    """Each text on its own, with the tokenizer's special tokens, checked or cut to the limits (a long text
-    cut is tokenized only as deep as it can be kept)."""
+def encode_texts(
+    tokens: TextTokenizer, texts: Sequence[str], limits: Limits, meter: Meter, *, template: Template | None = None
+) -> list[Encoded]:
+    """Each text on its own, with the tokenizer's special tokens (or ``template``'s: a sparse encoder's static
+    query route adds none), checked or cut to the limits (a long text cut is tokenized only as deep as it can be
+    kept)."""
     check_chars(((len(text),) for text in texts), limits)
     cap = None if limits.keep is None else limits.max_length + 1
-    template = tokens.template
+    template = tokens.template if template is None else template
     encoded = []
     for index, text in enumerate(tokens.content(texts, meter, cap=cap, side=limits.side)):
         meter.spend(min(len(text.ids), limits.max_length))
@@ -194,20 +198,28 @@ def encode_pair_windows(
 
 
 def encode_text_windows(
-    tokens: TextTokenizer, texts: Sequence[str], max_length: int, chunking: Chunking, meter: Meter
+    tokens: TextTokenizer,
+    texts: Sequence[str],
+    max_length: int,
+    chunking: Chunking,
+    meter: Meter,
+    prompt: str = "",
 ) -> tuple[list[Encoded], list[list[tuple[int, int]]]]:
     """Text i as windows of its tokens, each a model input of its own with the single template's special tokens
-    (a bi-encoder embeds a document's windows as it embeds any text). Also, per text, its windows' character
-    ranges."""
+    (a bi-encoder embeds a document's windows as it embeds any text), each window after ``prompt``'s tokens (a
+    bi-encoder's saved document prompt). Also, per text, its windows' character ranges."""
     template = tokens.template
-    room = max_length - template.single_specials
+    [before] = tokens.content([prompt], meter) if prompt else [Tokens(array("i"), 0)]
+    room = max_length - template.single_specials - before.count
+    if room < 1:
+        raise InvalidRequest(f"The model's document prompt leaves no room for a window in {max_length} tokens.")
     encoded: list[Encoded] = []
     spans: list[list[tuple[int, int]]] = []
     for text in tokens.content(texts, meter, offsets=True):
         windows = token_windows(text.count, room, chunking)
         for low, high in windows:
             meter.spend(high - low)
-            encoded.append(template.join_single(text.ids[low:high], with_types=tokens.with_types))
+            encoded.append(template.join_single(before.ids + text.ids[low:high], with_types=tokens.with_types))
         spans.append([(text.starts[low], text.ends[high - 1]) if high > low else (0, 0) for low, high in windows])
     return encoded, spans
 

@@ -13,7 +13,11 @@ DISCONNECT = "batches run after a disconnect"
 def _results(wasted_batches: float) -> dict[str, Any]:
     return {
         "disconnect": {"wasted_batches": wasted_batches, "wasted_items_per_batch": 1.23},
-        "fairness": {"ratio": 1.2, "default": {"big_pace_ratio": 0.55, "pace_room_at_3x": 1.0}},
+        "fairness": {
+            "ratio": 1.2,
+            "default": {"big_pace_ratio": 0.55, "pace_room_at_3x": 1.0},
+            "two_keys": {"loaded_ratio_p99": 1.3},
+        },
     }
 
 

@@ -26,7 +26,7 @@ EXPECTED: dict[str, tuple[set[str], set[str]]] = {
         {"trials", "wasted_items", "batch_items", "wasted_batches", "wasted_items_per_batch"},
         {"batch_items"},
     ),
-    "fairness": ({"default", "ratio"}, {"ratio"}),
+    "fairness": ({"default", "ratio", "two_keys"}, {"ratio"}),
     "growth": ({"points", "time_per_doc_ratio", "memory_growth_ratio"}, {"time_per_doc_ratio"}),
     "llm_reranker": (
         {"raw", "server_items_per_cpu_s", "ratio", "prefix"},

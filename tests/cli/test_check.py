@@ -34,13 +34,17 @@ from scorekit.models import default_model_path, detect
 from scorekit.models.rerank_template import TEMPLATE_FILE
 from scorekit.settings import ModelSpec
 from tests.cli.conftest import one_line_error, scorekit
+from tests.e2e.test_embedding_options import build_bi_encoder
 from tests.live import free_port
 from tests.tiny_models import (
     build_causal_lm,
     build_gemma_reranker,
     build_jina_reranker,
     build_mxbai_reranker,
+    build_pylate_colbert,
     build_qwen3_reranker,
+    build_sparse_encoder,
+    build_stanford_colbert,
 )
 
 WIDTH = 32
@@ -91,6 +95,11 @@ FAMILIES: dict[str, tuple[Callable[[Path], Path], str]] = {
     ),
     "bi-encoder": (lambda tmp: Path(default_model_path()), "modules.json lists Transformer, Pooling, Normalize"),
     "plain bi-encoder": (_plain_minilm, "config.json's architectures name BertModel"),
+    # Saved query and document prompts, and a default one that neither side of a pair gets.
+    "bi-encoder with prompts": (lambda tmp: build_bi_encoder(tmp / "prompted"), "modules.json lists Transformer"),
+    "SPLADE": (lambda tmp: build_sparse_encoder(tmp / "splade"), "(a SparseEncoder)"),
+    "PyLate ColBERT": (lambda tmp: build_pylate_colbert(tmp / "pylate"), "late-interaction"),
+    "Stanford ColBERT": (lambda tmp: build_stanford_colbert(tmp / "stanford"), "late-interaction"),
     "Qwen3-Reranker": (lambda tmp: build_qwen3_reranker(tmp / "tiny-Qwen3-Reranker"), "'rerank' in its name"),
     "bge-reranker-v2-gemma": (
         lambda tmp: build_gemma_reranker(tmp / "tiny-bge-reranker-v2-gemma"),

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.e2e
 KEYS = ("k1-8d0c4c6e", "k2-51b7f2aa")
 ORIGIN = "https://app.example"
 RERANK = {"query": "capital of France", "documents": ["Paris is the capital of France.", "Bananas are yellow."]}
-OPEN = ("/health", "/ping", "/metrics", "/load")
+OPEN = ("/health", "/healthz", "/readyz", "/ping", "/metrics", "/load")
 
 
 @pytest.fixture(scope="module")

@@ -248,3 +248,25 @@ def test_a_model_host_process_leaves_the_prompt_out_of_pooling_too(
     with serve(create_app(Settings(models=(spec,)))) as live:
         got = vectors(live, {"input": TEXTS, "prompt_name": "query"})
     close(got, references["no-prompt-cls"].encode(TEXTS, prompt_name="query"))
+
+
+@pytest.mark.parametrize("name", ["sized", "no-prompt-mean", "no-prompt-cls"])
+@pytest.mark.parametrize("windows", [False, True])
+def test_a_pair_s_sides_get_the_query_and_document_prompts_as_encode_query_and_encode_document(
+    tiny: Live, references: dict[str, Reference], name: str, windows: bool
+) -> None:
+    """/rerank of a bi-encoder scores as sentence-transformers' retrieval does: the query after the saved "query"
+    prompt, each document after the "document" one (never the default "classification"), the prompt's tokens left
+    out of pooling where the Pooling module says so; by windows too (a short document is one window)."""
+    query, documents = TEXTS[0], ["the capital of france is paris", "bees make honey from nectar"]
+    model = references[name]
+    expected = model.similarity(model.encode_query([query]), model.encode_document(documents))[0].tolist()
+    body: dict[str, Any] = {"model": name, "query": query, "documents": documents, "return_documents": False}
+    if windows:
+        body["max_chunks_per_doc"] = 4
+    status, answer = tiny.json("POST", "/v1/rerank", body)
+    assert status == 200, answer
+    scores = {item["index"]: item["relevance_score"] for item in answer["results"]}
+    assert [scores[i] for i in range(len(documents))] == pytest.approx(expected, abs=ATOL)
+    bare = model.similarity(model.encode([query], prompt=""), model.encode(documents, prompt=""))[0].tolist()
+    assert expected != pytest.approx(bare, abs=1e-4)  # the prompts changed the scores

@@ -38,7 +38,7 @@ from tests.live import Live, chunked, http_head, read_response, serve, wait_for
 KEYS = ("k1-8d0c4c6e", "k2-51b7f2aa")
 ORIGIN = "https://app.example"
 RERANK: dict[str, Any] = {"query": "capital of France", "documents": ["Paris is the capital of France.", "Bananas."]}
-OPEN = ("/health", "/ping", "/metrics", "/load")  # the probes: open with a key set
+OPEN = ("/health", "/healthz", "/readyz", "/ping", "/metrics", "/load")  # the probes: open with a key set
 UNAUTHORIZED = b'{"error":{"message":"Unauthorized","type":"UnauthorizedError","param":null,"code":401}}'
 
 
@@ -127,8 +127,8 @@ def test_a_near_miss_of_a_key_is_refused_on_every_route_kind(keyed: tuple[Scorek
 
 
 def test_every_get_route_but_the_probes_needs_the_key(keyed: tuple[ScorekitApp, Live]) -> None:
-    """Every GET route of the table (a new one included) but /health, /ping, /metrics and /load answers 401
-    without a key and 200 with one; the probes answer without."""
+    """Every GET route of the table (a new one included) but the probes (/health, /healthz, /readyz, /ping, /metrics
+    and /load) answers 401 without a key and 200 with one; the probes answer without."""
     _, live = keyed
     guarded = sorted({r.path for r in ROUTES if isinstance(r, Route) and r.method == "GET"} - set(OPEN))
     assert {"/v1/models", "/openapi.json", "/version"} <= set(guarded), guarded

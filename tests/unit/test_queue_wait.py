@@ -153,6 +153,9 @@ class Recorder:
     def failed(self, reason: str) -> None:
         self.events.append(("failed", reason))
 
+    def model_seconds(self, key: str, seconds: float) -> None:
+        self.events.append(("model_seconds", seconds))
+
     def kinds(self, kind: str) -> list[object]:
         return [value for name, value in self.events if name == kind]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from scorekit.settings import EngineConfig, ModelSpec, Settings
+from scorekit.settings import MODEL_KINDS, EngineConfig, ModelSpec, Settings
 
 
 @pytest.mark.parametrize(
@@ -53,8 +53,7 @@ def test_settings_refuse_bad_values(changes: dict[str, Any], message: str) -> No
     [
         (
             {"kind": "reranker"},
-            "ModelSpec.kind must be one of cross-encoder, bi-encoder, causal-lm, llm-reranker, listwise-reranker"
-            " or None",
+            f"ModelSpec.kind must be one of {', '.join(MODEL_KINDS)} or None",
         ),
         ({"max_model_len": 0}, "ModelSpec.max_model_len must be a whole number, at least 1, not 0"),
         ({"runtime": "tensorrt"}, "ModelSpec.runtime must be one of torch, onnx, openvino, torchscript"),
