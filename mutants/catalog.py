@@ -3375,4 +3375,21 @@ MUTANTS: tuple[Mutant, ...] = (
         (_SHARE + "::test_the_key_file_gives_each_key_a_name_a_weight_and_quotas",),
     ),
     # (end of G)
+    # -- integration mends -------------------------------------------------------------------------------------
+    Mutant(
+        "O29",
+        "scorekit/models/budget.py",
+        "the warm-up's probe lacks token type ids: an exported runtime, fed every input its graph has, cannot start",
+        "types = ids if isinstance(backend, LoadedModel) and backend.takes_token_types else None",
+        "types = None",
+        ("tests/e2e/test_runtimes.py::test_cross_encoder_scores_match_torch",),
+    ),
+    Mutant(
+        "Q24",
+        "scorekit/api/pooling.py",
+        "/pooling on a SPLADE model answers a dense embedding it does not have, not its vector over the vocabulary",
+        '    if engine.card.kind == "sparse-encoder":\n',
+        "    if False:\n",
+        ("tests/e2e/test_sparse_api.py::test_pooling_answers_vllms_sparse_shape_a_vector_over_the_whole_vocabulary",),
+    ),
 )

@@ -38,7 +38,7 @@ def warm_up(backend: Backend, max_batch_tokens: int) -> None:
     ready), so readiness (/readyz) is never reported before it ran."""
     length = min(backend.max_length, max_batch_tokens)
     started = time.perf_counter()
-    backend.forward([probe_input(length)])
+    backend.forward([probe_input(backend, length)])
     logger.info("warmed up %s: one forward of %d tokens in %.2f s", backend.name, length, time.perf_counter() - started)
 
 

@@ -1,5 +1,6 @@
 """POST /pooling (vLLM's shape): a late-interaction model's vectors, one per token (``task: "token_embed"``), or a
-bi-encoder's one vector per text (``task: "embed"``); with no task, the model's own.
+bi-encoder's one vector per text (``task: "embed"``); with no task, the model's own. A sparse (SPLADE) model's
+``embed`` is its sparse vector written out over the whole vocabulary, as vLLM's SPLADE pooler answers it.
 
 A late-interaction text is encoded as ``embedding_mode`` says (scorekit's field, vLLM's ColBERT name for it):
 "document" (the default: what an index stores; its skiplist tokens' vectors left out) or "query" (its marker and
@@ -16,7 +17,7 @@ from scorekit.api.errors import Spelling, spelled
 from scorekit.api.state import ServerState
 from scorekit.http import Request, bad_request
 from scorekit.schemas import PoolingData, PoolingRequest, PoolingResponse, Usage
-from scorekit.tasks import Dimensions, EmbedOptions, TokenEmbedOptions
+from scorekit.tasks import Dimensions, EmbedOptions, SparseOptions, SparseVector, TokenEmbedOptions
 
 if TYPE_CHECKING:
     from scorekit.engine import Engine
@@ -69,8 +70,6 @@ def _check(body: PoolingRequest, task: str) -> None:
         raise bad_request(
             "add_special_tokens false is not supported: inputs take the model's special tokens.", "add_special_tokens"
         )
-    if body.priority != 0:
-        raise bad_request("priority is not supported: this server does not schedule by priority.", "priority")
 
 
 async def _pooled(engine: Engine, texts: list[str], body: PoolingRequest, task: str) -> tuple[list[Any], int]:
@@ -79,11 +78,24 @@ async def _pooled(engine: Engine, texts: list[str], body: PoolingRequest, task: 
         options = TokenEmbedOptions(body.truncate_prompt_tokens, body.truncation_side, body.embedding_mode)
         tokens = await engine.token_embed(texts, options)
         return list(tokens.vectors), tokens.prompt_tokens
+    if engine.card.kind == "sparse-encoder":
+        if body.dimensions is not None:
+            raise bad_request("dimensions cuts a dense vector; a sparse model's spans its vocabulary.", "dimensions")
+        sparse = await engine.embed_sparse(texts, SparseOptions(body.truncate_prompt_tokens, body.truncation_side))
+        return [_dense(vector, sparse.width) for vector in sparse.vectors], sparse.prompt_tokens
     dimensions = None if body.dimensions is None else Dimensions(body.dimensions)
     embedded = await engine.embed(
         texts, EmbedOptions(body.truncate_prompt_tokens, body.truncation_side, dimensions=dimensions)
     )
     return list(embedded.vectors), embedded.prompt_tokens
+
+
+def _dense(vector: SparseVector, width: int) -> list[float]:
+    """A sparse vector's weights at their token ids, zero elsewhere: ``width`` values (the vocabulary's size)."""
+    row = [0.0] * width
+    for index, value in zip(vector.indices, vector.values, strict=True):
+        row[index] = value
+    return row
 
 
 def _encoded(row: list[Any]) -> str:

@@ -20,6 +20,7 @@ import torch
 
 from scorekit.models.base import Backend, Encoded, token_array
 from scorekit.models.files import parse_device
+from scorekit.models.loaded import LoadedModel
 from scorekit.settings import ModelSpec
 
 CPU_BATCH_TOKENS = 16384
@@ -116,7 +117,7 @@ def _measure(backend: Backend, device: torch.device) -> tuple[int, float]:
         before = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
         try:
-            backend.forward([probe_input(length)] * count)
+            backend.forward([probe_input(backend, length)] * count)
             torch.cuda.synchronize(device)
         except torch.OutOfMemoryError:
             torch.cuda.empty_cache()
@@ -135,7 +136,10 @@ def _device_key(device: str) -> tuple[str, int]:
     return parsed.type, parsed.index or 0
 
 
-def probe_input(length: int) -> Encoded:
-    """An input of ``length`` tokens (id 0, in every vocabulary), with a label id for the kinds that read one: what
-    the memory probe here and the warm-up (``model_host.warm_up``) run."""
-    return Encoded(token_array([0] * length), label_token_ids=(0,))
+def probe_input(backend: Backend, length: int) -> Encoded:
+    """An input of ``length`` tokens (id 0, in every vocabulary), with a label id for the kinds that read one and
+    token type ids for a model that takes them (an exported runtime is fed every input its graph has): what the
+    memory probe here and the warm-up (``model_host.warm_up``) run."""
+    ids = token_array([0] * length)
+    types = ids if isinstance(backend, LoadedModel) and backend.takes_token_types else None
+    return Encoded(ids, types, label_token_ids=(0,))

@@ -51,6 +51,11 @@ class LoadedModel:
         self.vocab_size = model.config.get_text_config().vocab_size
         return model
 
+    @property
+    def takes_token_types(self) -> bool:
+        """Whether the model's inputs include token type ids (a BERT's do): what a probe input must hold too."""
+        return self._tokens.with_types
+
 
 class NoWeights(RuntimeError):
     """A forward was asked of a backend loaded without weights (its model runs in a model host process)."""

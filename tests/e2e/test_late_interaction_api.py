@@ -142,7 +142,6 @@ def test_embed_all_answers_the_same_vectors_in_teis_shape(live: Live) -> None:
         ("/pooling", {"input": [101, 102]}, "input"),
         ("/pooling", {"input": []}, "input"),
         ("/pooling", {"input": "a", "add_special_tokens": False}, "add_special_tokens"),
-        ("/pooling", {"input": "a", "priority": 1}, "priority"),
         ("/pooling", {"input": "a", "embedding_mode": "passage"}, "body.embedding_mode"),
         ("/pooling", {"input": ["a"] * (ITEMS + 1)}, "input"),
         ("/embed_all", {"inputs": "a", "prompt_name": "query"}, "prompt_name"),

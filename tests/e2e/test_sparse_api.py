@@ -254,3 +254,18 @@ def test_a_model_host_process_answers_alike(folders: dict[str, Path], references
     assert status == 200, answer
     expected = pair_reference(reference, ["bees honey hives"], TEXTS)[0].tolist()
     assert [item["score"] for item in answer["data"]] == pytest.approx(expected, rel=TOLERANCE, abs=TOLERANCE)
+
+
+def test_pooling_answers_vllms_sparse_shape_a_vector_over_the_whole_vocabulary(
+    splade: Live, references: dict[str, SparseEncoder]
+) -> None:
+    """vLLM's /pooling for a SPLADE model: each input's weights written out over the vocabulary, zeros elsewhere,
+    the same weights /embed_sparse answers as non-zeros (and encode computes); priority orders it, as elsewhere."""
+    reference = references["splade"].encode(TEXTS, convert_to_tensor=True).to_dense()
+    status, answer = splade.json("POST", "/pooling", {"input": TEXTS, "priority": 1})
+    assert status == 200, answer
+    rows = [item["data"] for item in answer["data"]]
+    assert {len(row) for row in rows} == {reference.shape[1]}
+    assert rows == [pytest.approx(row, abs=1e-4) for row in reference.tolist()]
+    status, refused = splade.json("POST", "/pooling", {"input": TEXTS, "dimensions": 8})
+    assert status == 400 and refused["error"]["param"] == "dimensions", refused
