@@ -61,8 +61,11 @@ lint: $(DEV_ENV)
 typecheck: $(DEV_ENV)
 	$(VENV)/bin/mypy
 
+# Test files run in TEST_WORKERS processes, each file's tests in one of them (module fixtures, a served model, are
+# built once per file); TEST_WORKERS=0 runs the suite in this process alone.
+TEST_WORKERS ?= 2
 test: $(DEV_ENV) lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 unit: $(DEV_ENV)
 	$(PY) -m pytest -q tests/unit
