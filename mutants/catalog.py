@@ -2430,10 +2430,10 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "Y17",
-        LATE,
+        "scorekit/models/pairs.py",
         "a document repeated in a request is encoded once per copy",
-        "        queries, documents = list(dict.fromkeys(side1)), list(dict.fromkeys(side2))\n        query_row",
-        "        queries, documents = list(dict.fromkeys(side1)), list(side2)\n        query_row",
+        "    queries, documents = list(dict.fromkeys(side1)), list(dict.fromkeys(side2))\n    return (",
+        "    queries, documents = list(dict.fromkeys(side1)), list(side2)\n    return (",
         (_LATE + "test_one_by_n_encodes_the_query_once_and_each_distinct_document_once",),
     ),
     Mutant(

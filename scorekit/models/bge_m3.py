@@ -71,7 +71,7 @@ from .files import Source
 from .late_interaction import maxsim
 from .loaded import LoadedModel
 from .padding import pad_batch
-from .pairs import Pairing, check_pair_options
+from .pairs import Pairing, check_pair_options, distinct_sides
 from .sparse import dots
 from .tokens import Meter
 from .truncation import cut_texts, encode_text_windows, encode_texts, limits
@@ -229,9 +229,7 @@ class BGEM3Backend(LoadedModel):
         mode, weights = scoring(options)
         asked, width = MODES[mode], self.vocab_size
         pairing = Pairing.of(side1, side2)
-        queries, documents = list(dict.fromkeys(side1)), list(dict.fromkeys(side2))
-        query_row = {text: row for row, text in enumerate(queries)}
-        document_row = {text: row for row, text in enumerate(documents)}
+        queries, documents, query_row, document_row = distinct_sides(side1, side2)
 
         def encode(checkpoint: Checkpoint) -> Encoding[PairScores]:
             meter = Meter(checkpoint)

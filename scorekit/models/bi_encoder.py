@@ -31,7 +31,7 @@ from .embed_options import Matryoshka, SavedPrompts, prompt_length
 from .files import Source
 from .loaded import LoadedModel
 from .padding import pad_batch
-from .pairs import Pairing, check_pair_options
+from .pairs import Pairing, check_pair_options, distinct_sides
 from .pooling import pool, pools_prompt, read_pooling
 from .runtime import TORCH, ModelRuntime
 from .tokens import Meter
@@ -149,9 +149,7 @@ class BiEncoderBackend(LoadedModel):
         side-1 entry and every window of a document once per side-2 entry, as vLLM counts every pair."""
         pairing = Pairing.of(side1, side2)
         query_prompt, document_prompt = self.prompts.text(QUERY), self.prompts.text(DOCUMENT)
-        queries, documents = list(dict.fromkeys(side1)), list(dict.fromkeys(side2))
-        query_row = {text: row for row, text in enumerate(queries)}
-        document_row = {text: row for row, text in enumerate(documents)}
+        queries, documents, query_row, document_row = distinct_sides(side1, side2)
 
         def encode(checkpoint: Checkpoint) -> Encoding[PairScores]:
             meter = Meter(checkpoint)

@@ -33,7 +33,7 @@ from .files import Source
 from .late_layout import Role, read_layout, transformer_folder
 from .loaded import LoadedModel
 from .padding import pad_batch
-from .pairs import Pairing, check_pair_options
+from .pairs import Pairing, check_pair_options, distinct_sides
 from .tokens import Meter, Tokens
 from .truncation import MAX_CHARS_PER_TOKEN, cut_texts, limits
 from .windows import token_windows
@@ -74,9 +74,7 @@ class LateInteractionBackend(LoadedModel):
         included, and every window of a document once per side-2 entry."""
         check_pair_options(options, self.max_length, self.kind, chunks=self.chunks_documents)
         pairing = Pairing.of(side1, side2)
-        queries, documents = list(dict.fromkeys(side1)), list(dict.fromkeys(side2))
-        query_row = {text: row for row, text in enumerate(queries)}
-        document_row = {text: row for row, text in enumerate(documents)}
+        queries, documents, query_row, document_row = distinct_sides(side1, side2)
 
         def encode(checkpoint: Checkpoint) -> Encoding[PairScores]:
             meter = Meter(checkpoint)

@@ -59,6 +59,18 @@ class Pairing:
         return (query, document) if len(first) > len(second) else (document, query)
 
 
+def distinct_sides(side1: list[str], side2: list[str]) -> tuple[list[str], list[str], dict[str, int], dict[str, int]]:
+    """Each side's distinct texts in first-seen order, and each text's row among them: what a scorer that encodes
+    a pair's two sides apart (a vector, a sparse vector or per-token vectors each) runs once per text."""
+    queries, documents = list(dict.fromkeys(side1)), list(dict.fromkeys(side2))
+    return (
+        queries,
+        documents,
+        {text: row for row, text in enumerate(queries)},
+        {text: row for row, text in enumerate(documents)},
+    )
+
+
 def sigmoid(logit: float) -> float:
     """The logistic function, split by sign so exp never overflows for large-magnitude logits."""
     if logit >= 0:

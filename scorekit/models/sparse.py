@@ -44,7 +44,7 @@ from .embed_options import SavedPrompts
 from .files import Source, load_tokenizer
 from .loaded import LoadedModel
 from .padding import pad_batch
-from .pairs import Pairing, check_pair_options
+from .pairs import Pairing, check_pair_options, distinct_sides
 from .sparse_layout import SavedSparse, SparseLayout, read_layout, static_weights
 from .tokens import Meter, Part, Template, TextTokenizer
 from .truncation import cut_texts, encode_text_windows, encode_texts, limits
@@ -146,9 +146,7 @@ class SparseEncoderBackend(LoadedModel):
         if options.chunking is not None:
             return self._plan_windowed(side1, side2, options, options.chunking, queries_side, documents_side)
         pairing = Pairing.of(side1, side2)
-        queries, documents = list(dict.fromkeys(side1)), list(dict.fromkeys(side2))
-        query_row = {text: row for row, text in enumerate(queries)}
-        document_row = {text: row for row, text in enumerate(documents)}
+        queries, documents, query_row, document_row = distinct_sides(side1, side2)
 
         def encode(checkpoint: Checkpoint) -> Encoding[PairScores]:
             meter = Meter(checkpoint)
@@ -199,9 +197,7 @@ class SparseEncoderBackend(LoadedModel):
                 "max_chunks_per_doc",
             )
         pairing = Pairing.of(side1, side2)
-        queries, documents = list(dict.fromkeys(side1)), list(dict.fromkeys(side2))
-        query_row = {text: row for row, text in enumerate(queries)}
-        document_row = {text: row for row, text in enumerate(documents)}
+        queries, documents, query_row, document_row = distinct_sides(side1, side2)
 
         def encode(checkpoint: Checkpoint) -> Encoding[PairScores]:
             meter = Meter(checkpoint)
