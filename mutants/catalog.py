@@ -1737,10 +1737,10 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "R06",
-        "scorekit/models/bi_encoder.py",
+        "scorekit/models/pairs.py",
         "a bi-encoder's chunked usage counts the query alone, not the windows it embedded",
-        "                tokens += sum(item.cost for item in inputs[starts[row] : starts[row + 1]])\n",
-        "                pass\n",
+        "        tokens += sum(item.cost for item in inputs[starts[row] : starts[row + 1]])\n",
+        "        pass\n",
         ("tests/e2e/test_long_documents.py::test_a_bi_encoder_scores_a_long_document_by_its_best_window",),
     ),
     Mutant(
@@ -2419,10 +2419,10 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "Y16",
-        LATE,
+        "scorekit/models/pairs.py",
         "usage leaves out the query",
-        "            tokens = sum(inputs[query_row[text]].cost for text in side1)\n            for text in side2:",
-        "            tokens = 0\n            for text in side2:",
+        "    tokens = sum(inputs[query_row[text]].cost for text in side1)\n    for text in side2:",
+        "    tokens = 0\n    for text in side2:",
         (
             _LATE + "test_one_by_n_encodes_the_query_once_and_each_distinct_document_once",
             _LATE_API + "test_usage_counts_the_expanded_query_once_per_pair_side_and_every_document",
@@ -3118,7 +3118,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "Z22",
-        "scorekit/models/bge_m3.py",
+        "scorekit/models/pairs.py",
         "a repeated query counts in usage once, not once per pair",
         "tokens = sum(inputs[query_row[text]].cost for text in side1)",
         "tokens = sum(inputs[query_row[text]].cost for text in queries)",

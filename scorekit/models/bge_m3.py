@@ -71,7 +71,7 @@ from .files import Source
 from .late_interaction import maxsim
 from .loaded import LoadedModel
 from .padding import pad_batch
-from .pairs import Pairing, check_pair_options, distinct_sides
+from .pairs import Pairing, check_pair_options, distinct_sides, window_usage
 from .sparse import dots
 from .tokens import Meter
 from .truncation import cut_texts, encode_text_windows, encode_texts, limits
@@ -268,10 +268,7 @@ class BGEM3Backend(LoadedModel):
                     best = max(range(len(mine)), key=lambda i: (mine[i], -i))  # the first of equal maxima
                     scores[row] = mine[best]
                     which[row] = Window(best, len(mine), *spans[document][best])
-            tokens = sum(inputs[query_row[text]].cost for text in side1)
-            for text in side2:
-                row = document_row[text]
-                tokens += sum(item.cost for item in inputs[starts[row] : starts[row + 1]])
+            tokens = window_usage(inputs, side1, side2, query_row, document_row, starts)
             chunked = options.chunking is not None
             return PairScores(pairing.spread(scores), tokens, pairing.spread(which) if chunked else None)
 

@@ -31,7 +31,7 @@ from .embed_options import Matryoshka, SavedPrompts, prompt_length
 from .files import Source
 from .loaded import LoadedModel
 from .padding import pad_batch
-from .pairs import Pairing, check_pair_options, distinct_sides
+from .pairs import Pairing, check_pair_options, distinct_sides, window_usage
 from .pooling import pool, pools_prompt, read_pooling
 from .runtime import TORCH, ModelRuntime
 from .tokens import Meter
@@ -179,10 +179,7 @@ class BiEncoderBackend(LoadedModel):
                 best = int(torch.argmax(cosines))  # the first of equal maxima
                 scores.append(float(cosines[best]))
                 which.append(Window(best, len(spans[row]), *spans[row][best]))
-            tokens = sum(inputs[query_row[text]].cost for text in side1)
-            for text in side2:
-                row = document_row[text]
-                tokens += sum(item.cost for item in inputs[starts[row] : starts[row + 1]])
+            tokens = window_usage(inputs, side1, side2, query_row, document_row, starts)
             return PairScores(pairing.spread(scores), tokens, pairing.spread(which))
 
         return Plan(count=len(queries) + len(documents), chars=sum(map(len, queries + documents)), encode=encode)

@@ -33,7 +33,7 @@ from .files import Source
 from .late_layout import Role, read_layout, transformer_folder
 from .loaded import LoadedModel
 from .padding import pad_batch
-from .pairs import Pairing, check_pair_options, distinct_sides
+from .pairs import Pairing, check_pair_options, distinct_sides, window_usage
 from .tokens import Meter, Tokens
 from .truncation import MAX_CHARS_PER_TOKEN, cut_texts, limits
 from .windows import token_windows
@@ -118,10 +118,7 @@ class LateInteractionBackend(LoadedModel):
                     scores[row] = mine[best]
                     which[row] = Window(best, count, *spans[document][best])
                     first += count
-            tokens = sum(inputs[query_row[text]].cost for text in side1)
-            for text in side2:
-                row = document_row[text]
-                tokens += sum(item.cost for item in inputs[starts[row] : starts[row + 1]])
+            tokens = window_usage(inputs, side1, side2, query_row, document_row, starts)
             chunked = options.chunking is not None
             return PairScores(pairing.spread(scores), tokens, pairing.spread(which) if chunked else None)
 

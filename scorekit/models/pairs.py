@@ -8,13 +8,14 @@ always get bit-identical scores and a rerank tie keeps its input order, whatever
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 from scorekit.errors import InvalidRequest, Place
 from scorekit.tasks import PairOptions
 
-from .base import ModelKind
+from .base import Encoded, ModelKind
 
 Pair = tuple[str, str]
 T = TypeVar("T")
@@ -69,6 +70,24 @@ def distinct_sides(side1: list[str], side2: list[str]) -> tuple[list[str], list[
         {text: row for row, text in enumerate(queries)},
         {text: row for row, text in enumerate(documents)},
     )
+
+
+def window_usage(
+    inputs: Sequence[Encoded],
+    side1: list[str],
+    side2: list[str],
+    query_row: dict[str, int],
+    document_row: dict[str, int],
+    starts: list[int],
+) -> int:
+    """The prompt tokens of a pair scorer that encodes each side apart and a document by its windows: the query
+    once per side-1 entry, every window of a document once per side-2 entry, as vLLM counts every pair.
+    ``starts[row]`` is where distinct document ``row``'s windows begin among ``inputs`` (the queries' come first)."""
+    tokens = sum(inputs[query_row[text]].cost for text in side1)
+    for text in side2:
+        row = document_row[text]
+        tokens += sum(item.cost for item in inputs[starts[row] : starts[row + 1]])
+    return tokens
 
 
 def sigmoid(logit: float) -> float:
