@@ -4,9 +4,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 # The optional extras `make test` and the other developer targets install (and `make install`, by default): onnx is
-# ONNX Runtime (scorekit serve --runtime onnx), openvino is OpenVINO (--runtime openvino);
-# EXTRAS=test,bench,onnx,openvino,ray adds Ray Serve (scorekit serve --ray), as CI does.
-EXTRAS ?= test,bench,onnx,openvino
+# ONNX Runtime (scorekit serve --runtime onnx), openvino is OpenVINO (--runtime openvino), otel OpenTelemetry's
+# exporters (--otlp-traces-endpoint); EXTRAS=test,bench,onnx,openvino,otel,ray adds Ray Serve (scorekit serve --ray),
+# as CI does.
+EXTRAS ?= test,bench,onnx,openvino,otel
 # `make serve` needs none: torch and scorekit's own dependencies serve the default model. SERVE_EXTRAS=onnx, for
 # instance, adds ONNX Runtime for ARGS="--runtime onnx".
 SERVE_EXTRAS ?=

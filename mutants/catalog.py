@@ -1234,8 +1234,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "scorekit/middleware/metrics.py",
         "/metrics counts a request that sent nothing through it as 499 at once, before the lifecycle's 400 to a "
         "broken body goes out",
-        "owner: _Finishing | None = scope.get(LIFECYCLE_KEY)",
-        "owner: _Finishing | None = None",
+        "            owner = lifecycle_hooks(scope)\n            if status is None",
+        "            owner = None\n            if status is None",
         ("tests/hardening/test_findings.py::test_metrics_count_the_400_sent_to_a_malformed_body_under_granian",),
     ),
     Mutant(
@@ -1307,8 +1307,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "F10",
         "scorekit/api/common.py",
         "decode ignores the server's budget: large bodies go to their threads unbounded",
-        "        budget: DecodeBudget | None = request.state.decoding if request.state is not None else None\n",
-        "        budget: DecodeBudget | None = None\n",
+        "    budget: DecodeBudget | None = request.state.decoding if request.state is not None else None\n",
+        "    budget: DecodeBudget | None = None\n",
         ("tests/unit/test_decode_budget.py::test_decode_keeps_the_bytes_inside_msgspec_under_the_bound",),
     ),
     Mutant(
@@ -3226,8 +3226,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "G12",
         "scorekit/host/wire.py",
         "a job's schedule does not cross to the model host process",
-        "return Submit(job, wired, lengths, placed.priority, placed.key, placed.weight, placed.timeout)",
-        "return Submit(job, wired, lengths)",
+        "return Submit(job, wired, lengths, placed.priority, placed.key, placed.weight, placed.timeout, trace)",
+        "return Submit(job, wired, lengths, trace=trace)",
         (_FAIR + "test_a_jobs_schedule_crosses_the_wire_to_the_model_host", _PRIORITY),
     ),
     Mutant(

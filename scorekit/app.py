@@ -1,8 +1,8 @@
 """``create_app``: the ASGI app and its lifespan.
 
-The stack, outermost first: LifecycleMiddleware → InFlight → RequestMetrics → CORS (``allowed_origins``) → Usage
-(the request's ticket) → ApiKeyGate (``api_keys``) → the caller's ``middleware`` → DrainGate → Router → endpoints (see
-:mod:`scorekit.middleware`).
+The stack, outermost first: LifecycleMiddleware → InFlight → RequestMetrics → Traces (with an OTLP endpoint) → CORS
+(``allowed_origins``) → Usage (the request's ticket) → ApiKeyGate (``api_keys``) → the caller's ``middleware`` →
+DrainGate → Router → endpoints (see :mod:`scorekit.middleware`).
 
 The lifespan loads every served model and starts one engine (batcher and worker thread) per model. A host
 app that mounts scorekit (Starlette and FastAPI do not run a mounted app's lifespan) composes
@@ -37,6 +37,7 @@ from scorekit.middleware.auth import ApiKeyGate
 from scorekit.middleware.cors import JsonCORS
 from scorekit.middleware.drain import Drain, DrainGate, InFlight
 from scorekit.middleware.metrics import RequestEnd, RequestMetrics
+from scorekit.middleware.tracing import Traces
 from scorekit.middleware.usage import Usage
 from scorekit.model_host import Card, warm_up
 from scorekit.models import PairScorer, load_spec
@@ -45,6 +46,7 @@ from scorekit.models.budget import TokenBudget, token_budgets
 from scorekit.registry import ModelRegistry
 from scorekit.routing import Alias, Route, Router
 from scorekit.settings import ModelSpec, Settings
+from scorekit.tracing import TraceConfig, Tracing
 
 if TYPE_CHECKING:
     from scorekit.host.client import HostClient
@@ -105,6 +107,10 @@ class ScorekitApp:
                 allow_headers=settings.allowed_headers,
                 allow_credentials=settings.allow_credentials,
             )
+        traces = TraceConfig.resolve(settings)
+        self.tracing = None if traces is None else Tracing(traces)
+        if self.tracing is not None:
+            stack = Traces(stack, tracing=self.tracing, route_of=router.route_of)
         ended: list[RequestEnd] = [self.metrics.request_ended]
         if settings.access_log:
             ended.append(access_line)
@@ -132,6 +138,8 @@ class ScorekitApp:
         ensure_visible()  # before the models load: their load lines are part of the start-up log too
         loaded = await anyio.to_thread.run_sync(load_models, self.settings, self._backends)
         async with AsyncExitStack() as stack:
+            if self.tracing is not None:  # the last requests' spans go out before the server's process ends
+                stack.push_async_callback(anyio.to_thread.run_sync, self.tracing.flush)
             for spec in self.settings.models:
                 name = spec.served_name
                 backend, budget = loaded.backends[name], loaded.budgets.get(name)

@@ -1,6 +1,6 @@
 """ASGI type aliases shared by every layer, the one rule for where a response ends, and the small protocol
-through which the router reaches the request's lifecycle: the router and the lifecycle middleware meet here,
-so neither imports the other."""
+through which the router and the middleware reach the request's lifecycle: they and the lifecycle middleware meet
+here, so none imports the other."""
 
 from __future__ import annotations
 
@@ -21,13 +21,20 @@ LIFECYCLE_KEY = "scorekit.lifecycle"
 
 
 class LifecycleHooks(Protocol):
-    """What a layer below the request's owner (the router) may ask of it; ``lifecycle.Lifecycle`` is one."""
+    """What a layer below the request's owner (the router, the request metrics, the traces) may ask of it;
+    ``lifecycle.Lifecycle`` is one."""
 
     def set_route(self, route: str) -> None:
         """Label the request's load with its canonical route."""
 
     def on_broken_body(self, answer: Answer) -> None:
         """Send ``answer`` if the body never completes and nothing has been sent."""
+
+    def on_finish(self, callback: Callable[[int | None], None]) -> None:
+        """Call ``callback`` with the status sent (None: nothing was) once the owner is done with the request."""
+
+    def on_disconnect(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when the client leaves before its response is complete (at most once)."""
 
 
 def lifecycle_hooks(scope: Scope) -> LifecycleHooks | None:

@@ -15,7 +15,9 @@ priority, its deadline) and holds its key's item quota, taken at admission befor
 cost on the model (model seconds) is added back to the ticket and told to the observer by key.
 
 What happens to each request (its tokenizing time, queue wait, rejection, cancellation or failure) is told
-to an :class:`EngineObserver`, the app's metrics, where it happens.
+to an :class:`EngineObserver`, the app's metrics, where it happens; and, when the request is traced
+(``tracing.py``), to its trace: a ``tokenize`` span, its job's ``queue`` and ``batch`` spans, and an event when its
+queued work is dropped (its client left, or its deadline passed).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import anyio.lowlevel
 import anyio.to_thread
 import torch
 
+from scorekit import tracing
 from scorekit.batching import QueueFull
 from scorekit.errors import (
     InputTooLong,
@@ -275,7 +278,8 @@ class Engine:
         with self.admit():
             self._take_quota(ticket, plan.count)
             try:
-                encoding = await self.prepare(plan.encode, chars=plan.chars)
+                with tracing.span("tokenize", {"scorekit.inputs": plan.count, "scorekit.characters": plan.chars}):
+                    encoding = await self.prepare(plan.encode, chars=plan.chars)
             except InputTooLong as exc:  # its places say where it is in the request; the route names them
                 raise self._rejected("too_long", exc) from None
             except InvalidRequest as exc:
@@ -360,7 +364,10 @@ class Engine:
         ticket = current_ticket() if ticket is None else ticket
         schedule, deadline = self._schedule(ticket)
         done = anyio.Event()
-        job = ModelJob(inputs, notify=_wake_loop(done.set), schedule=schedule)
+        trace = tracing.current()
+        ref = None if trace is None else trace.ref  # None: not traced, or not sampled
+        job = ModelJob(inputs, notify=_wake_loop(done.set), schedule=schedule, trace=ref)
+        submitted_ns = tracing.now_ns() if ref is not None else 0
         try:
             self.host.submit(job)
         except QueueFull as exc:
@@ -375,6 +382,8 @@ class Engine:
                 self._observer.waited(job.started_at - job.queued_at)
             ticket.add_model_seconds(job.model_seconds)  # what ran so far, its client gone or not
             self._observer.model_seconds(ticket.key, job.model_seconds)
+            if trace is not None and ref is not None:
+                _trace_job(trace, job, ticket, submitted_ns)
         if job.error is not None:
             self._count_error(job.error)
             if isinstance(job.error, QueueTimeout) and deadline is not None:
@@ -412,6 +421,26 @@ class Engine:
             self._observer.failed("worker_died")
         elif isinstance(error, ModelFailure):
             self._observer.failed("model_error")
+
+
+def _trace_job(trace: tracing.RequestTrace, job: ModelJob, ticket: Ticket, submitted_ns: int) -> None:
+    """The job's ``queue`` and ``batch`` spans on the request's trace, its model seconds, and the event of its
+    dropped work: queued items its client left behind (the batcher drops them), or a job its deadline expired."""
+    trace.job(
+        submitted_ns,
+        tracing.now_ns(),
+        job.runs,
+        {"scorekit.items": len(job.inputs), "scorekit.priority": job.schedule.priority},
+    )
+    noted: dict[str, float | str] = {"scorekit.model_seconds": ticket.model_seconds or 0.0}
+    if ticket.key:
+        noted["scorekit.key"] = ticket.key  # the key's name, never the key
+    trace.note(noted)
+    if not job.done:
+        unfinished = sum(result is None for result in job.results)
+        trace.event("scorekit.work_dropped", {"scorekit.reason": "client_left", "scorekit.items": unfinished})
+    elif isinstance(job.error, QueueTimeout):
+        trace.event("scorekit.work_dropped", {"scorekit.reason": "deadline", "scorekit.items": len(job.inputs)})
 
 
 @contextmanager

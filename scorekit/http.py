@@ -1,5 +1,6 @@
-"""What endpoints see and return: a read request, a response, an error; and ``send_response``, the one place a
-Response becomes ASGI messages."""
+"""What endpoints see and return: a read request, a response, an error; ``json_body``, the one place an answer
+becomes JSON (the request's ``encode`` span when traced); and ``send_response``, the one place a Response becomes
+ASGI messages."""
 
 from __future__ import annotations
 
@@ -8,10 +9,18 @@ from typing import Any
 
 import msgspec
 
+from scorekit import tracing
 from scorekit.asgi import Send
 from scorekit.schemas import ErrorBody, ErrorInfo
 
 _JSON = b"application/json"
+_encoder = msgspec.json.Encoder()
+
+
+def json_body(answer: object) -> bytes:
+    """An endpoint's answer (a Struct, or plain values) as JSON."""
+    with tracing.span("encode"):
+        return _encoder.encode(answer)
 
 
 @dataclass(frozen=True, slots=True)

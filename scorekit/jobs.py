@@ -3,7 +3,9 @@
 A leaf module, so the batcher that queues jobs and the worker that runs them share these types without the
 worker knowing the batcher. It needs no torch: a job is generic in what its inputs and outputs are, and only
 asks each input for its ``cost`` (what it adds to a batch's token budget). Where a job goes in the queue is its
-:class:`Schedule`: its priority, the API key whose fair share it draws on, and how long it may wait.
+:class:`Schedule`: its priority, the API key whose fair share it draws on, and how long it may wait. A job of a
+traced request (``tracing.py``) carries its span's :data:`TraceRef`, and the worker notes each batch it rode in as
+a :class:`BatchRun`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ class Costed(Protocol):
 
 InputT = TypeVar("InputT", bound=Costed)
 OutputT = TypeVar("OutputT")
+# A traced request's span, as a batch links it: its W3C trace id (16 bytes) then its span id (8), big-endian. Bytes,
+# so it crosses to a model host process as it is (msgpack holds no 128-bit integer).
+TraceRef = bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +46,21 @@ class Schedule:
     timeout: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class BatchRun:
+    """One batch a traced job's items rode in, for its ``batch`` span: when its forward began and ended
+    (``time.time_ns()``), its items and padded tokens, how many of them were this job's, the span of every traced job
+    in it (``peers``, this one's included), and whether the model failed on it."""
+
+    started_ns: int
+    ended_ns: int
+    items: int
+    padded_tokens: int
+    own_items: int
+    peers: tuple[TraceRef, ...]
+    failed: bool = False
+
+
 @dataclass(eq=False)
 class Job(Generic[InputT, OutputT]):
     """One request's items and their results. The worker thread writes; ``notify`` says it is done.
@@ -51,12 +71,14 @@ class Job(Generic[InputT, OutputT]):
     ``queued_at`` and ``started_at`` are the batcher's clock readings when the job was queued and when its
     first item was cut into a batch (None until then): its queue wait, and whether any of its work ran.
     ``model_seconds`` is its share of the forward time of every batch its items rode in, by their tokens (the
-    worker adds it before it delivers).
+    worker adds it before it delivers). ``trace`` names a traced request's span (None: not traced); the worker then
+    adds each batch its items rode in to ``runs``, before it delivers.
     """
 
     inputs: list[InputT]
     notify: Callable[[], None]
     schedule: Schedule = Schedule()
+    trace: TraceRef | None = None
     results: list[OutputT | None] = field(init=False)
     error: BaseException | None = field(default=None, init=False)
     cancelled: bool = field(default=False, init=False)
@@ -64,6 +86,7 @@ class Job(Generic[InputT, OutputT]):
     queued_at: float = field(default=0.0, init=False)
     started_at: float | None = field(default=None, init=False)
     model_seconds: float = field(default=0.0, init=False)
+    runs: list[BatchRun] = field(default_factory=list, init=False)
     _pending: deque[int] = field(init=False)
     _remaining: int = field(init=False)
 

@@ -74,6 +74,7 @@ class Lifecycle(LifecycleHooks):
         self._expect_trailers = False
         self._broken_body_answer: Answer | None = None
         self._on_finish: list[Callable[[int | None], None]] | None = None
+        self._on_disconnect: list[Callable[[], None]] | None = None
         self.buffered_bytes = 0
         self.app_scope = anyio.CancelScope()
         self.cancel_on_disconnect = cancel_on_disconnect
@@ -112,6 +113,12 @@ class Lifecycle(LifecycleHooks):
         if self._on_finish is None:
             self._on_finish = []
         self._on_finish.append(callback)
+
+    def on_disconnect(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, when the client leaves before the response is complete (the traces' event)."""
+        if self._on_disconnect is None:
+            self._on_disconnect = []
+        self._on_disconnect.append(callback)
 
     async def wait_disconnect(self) -> None:
         """Return once the server said the stream is over (client gone, or response complete)."""
@@ -276,6 +283,9 @@ class Lifecycle(LifecycleHooks):
     def _mark_gone(self, *, cancel: bool) -> None:
         self.disconnected = True
         if not self.response_complete:
+            if not self.client_gone and self._on_disconnect is not None:
+                for callback in self._on_disconnect:
+                    callback()
             self.client_gone = True
             if cancel and self.cancel_on_disconnect:
                 self.app_scope.cancel()

@@ -59,6 +59,12 @@ def request_record(record: RequestRecord) -> Iterator[RequestRecord]:
         _CURRENT.reset(token)
 
 
+def current_record() -> RequestRecord | None:
+    """The record of the request being served (None outside one): a layer that outlives the block it is current
+    in keeps it (the traces read its model when the request ends)."""
+    return _CURRENT.get()
+
+
 def current_request_id() -> str:
     """The id of the request being served (its log lines carry it); a fresh one outside a request."""
     record = _CURRENT.get()

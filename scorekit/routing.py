@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from scorekit.asgi import Message, Receive, Scope, Send, lifecycle_hooks
-from scorekit.http import HTTPError, Request, Response, send_response
+from scorekit.http import HTTPError, Request, Response, json_body, send_response
 
 Endpoint = Callable[[Request], Awaitable[msgspec.Struct | Response]]
 
@@ -27,7 +27,6 @@ Endpoint = Callable[[Request], Awaitable[msgspec.Struct | Response]]
 ECHO_LIMIT = 200
 
 logger = logging.getLogger("scorekit.routing")
-_encoder = msgspec.json.Encoder()
 _warned_aliases: set[str] = set()
 
 
@@ -179,7 +178,7 @@ class Router:
             raise HTTPError(500, "Internal server error.") from None
         if isinstance(result, Response):
             return result
-        return Response(_encoder.encode(result))
+        return Response(json_body(result))
 
     async def _read_body(self, receive: Receive, headers: dict[str, str]) -> bytes:
         declared = headers.get("content-length")

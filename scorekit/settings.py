@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, get_args
 
 from scorekit.choices import RUNTIMES, Runtime, runtime_error
+from scorekit.tracing import PROTOCOLS, TraceProtocol, check_endpoint
 
 ModelKind = Literal[
     "cross-encoder",
@@ -173,6 +174,12 @@ class Settings:
     # scorekit's own access line per request (logger "scorekit.access": route, status, duration, model, request id),
     # which `--log-format json` writes in place of uvicorn's (docs/deployment.md).
     access_log: bool = False
+    # OpenTelemetry traces (docs/deployment.md): the OTLP collector's URL (None: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or
+    # no traces), its protocol, grpc or http/protobuf (None: the OTEL_* variables', else grpc), and the service name
+    # (None: OTEL_SERVICE_NAME, else scorekit). tracing.TraceConfig.resolve reads them over the variables.
+    otlp_traces_endpoint: str | None = None
+    otlp_traces_protocol: TraceProtocol | None = None
+    otlp_service_name: str | None = None
 
     def __post_init__(self) -> None:
         if any(not key.strip() for key in self.api_keys if isinstance(key, str)):
@@ -192,6 +199,7 @@ class Settings:
                 f"Settings.long_documents must be one of {', '.join(LONG_DOCUMENTS)}, not {self.long_documents!r}"
             )
         _at_least(self, "chunk_overlap", 0)
+        _check_tracing(self)
         models = self.models
         if not isinstance(models, tuple) or not models or not all(isinstance(spec, ModelSpec) for spec in models):
             raise ValueError(f"Settings.models must be a tuple of at least one ModelSpec, not {self.models!r}")
@@ -236,6 +244,19 @@ def _check_runtime(settings: object, runtime: object) -> None:
     if runtime not in RUNTIMES:
         name = type(settings).__name__
         raise ValueError(f"{name}.runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
+
+
+def _check_tracing(settings: Settings) -> None:
+    if settings.otlp_traces_endpoint is not None:
+        try:
+            check_endpoint(settings.otlp_traces_endpoint)
+        except ValueError as exc:
+            raise ValueError(f"Settings.otlp_traces_endpoint: {exc}") from None
+    protocol = settings.otlp_traces_protocol
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise ValueError(f"Settings.otlp_traces_protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
+    if settings.otlp_service_name is not None and not settings.otlp_service_name.strip():
+        raise ValueError("Settings.otlp_service_name must not be empty")
 
 
 def _share(settings: object, name: str) -> None:

@@ -15,7 +15,9 @@ failures are made under one lock: a request's items can be in two batches that e
 
 What the model cost is told per request: each batch's forward time is split over its items by their tokens
 (unpadded) and added to their jobs' ``model_seconds``, failed batches too, so the requests' model seconds add up
-to the worker's busy time (``WorkerStats.busy_seconds``).
+to the worker's busy time (``WorkerStats.busy_seconds``). A batch that holds a traced request's items
+(``Job.trace``) is also noted on each such job as a :class:`~scorekit.jobs.BatchRun` (its wall-clock times, its
+size, the traced jobs in it), for the request's ``batch`` span; with no traced job in it, no clock is read.
 
 The worker never sees the queue it is fed from: the engine hands it callables (take the next batch, close
 the queue, fail what waits), so the batcher above it can change without touching it.
@@ -26,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from scorekit.errors import ModelFailure, WorkerDied
-from scorekit.jobs import WorkItem
+from scorekit.jobs import BatchRun, WorkItem
 from scorekit.models.base import Backend, Encoded
 
 logger = logging.getLogger("scorekit.worker")
@@ -172,6 +174,8 @@ class ModelWorker:
         tokens = max(item.encoded.cost for item in batch) * len(batch)
         jobs = {id(item.job): item.job for item in batch}
         logger.debug("batch: %d items from %d requests, %d padded tokens", len(batch), len(jobs), tokens)
+        traced = any(job.trace is not None for job in jobs.values())
+        started_ns = time.time_ns() if traced else 0
         started = time.perf_counter()
         try:
             outputs = self.backend.forward([item.encoded for item in batch])  # under inference_mode (base.inference)
@@ -181,6 +185,8 @@ class ModelWorker:
             with self._lock:
                 self.stats.failed_batches += 1
                 self._bill(batch, seconds)
+                if traced:
+                    _note_run(batch, tokens, started_ns, failed=True)
                 for job in jobs.values():
                     job.fail(ModelFailure(f"The model failed on this request's batch ({type(exc).__name__})."))
             return
@@ -194,6 +200,8 @@ class ModelWorker:
             self.stats.recent_batch_sizes.append(len(batch))
             self.stats.recent_batch_jobs.append(len(jobs))
             self._bill(batch, seconds)
+            if traced:
+                _note_run(batch, tokens, started_ns, failed=False)
             for item, output in zip(batch, outputs, strict=True):
                 if item.job.cancelled:
                     self.stats.items_of_cancelled_jobs += 1
@@ -206,3 +214,13 @@ class ModelWorker:
         tokens = sum(item.encoded.cost for item in batch)
         for item in batch:
             item.job.model_seconds += seconds * (item.encoded.cost / tokens if tokens else 1 / len(batch))
+
+
+def _note_run(batch: Batch, tokens: int, started_ns: int, *, failed: bool) -> None:
+    """The batch, noted on each traced job whose items it held (under the worker's lock, before any delivery)."""
+    ended_ns = time.time_ns()
+    own = Counter(id(item.job) for item in batch if item.job.trace is not None)
+    traced = {id(item.job): item.job for item in batch if item.job.trace is not None}
+    peers = tuple(job.trace for job in traced.values() if job.trace is not None)
+    for key, job in traced.items():
+        job.runs.append(BatchRun(started_ns, ended_ns, len(batch), tokens, own[key], peers, failed))

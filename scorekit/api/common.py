@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import anyio.to_thread
 import msgspec
 
+from scorekit import tracing
 from scorekit.api.decoding import DecodeBudget
 from scorekit.api.state import ServerState
 from scorekit.http import HTTPError, Request, bad_request
@@ -143,13 +144,8 @@ async def _decode(request: Request, parse: Callable[[bytes], T], parsed_in_handl
         raise HTTPError(400, "Unsupported Media Type: Only 'application/json' is allowed", error_type="Bad Request")
     body = request.body
     try:
-        if len(body) <= INLINE_DECODE_BYTES:
-            return parse(body)
-        budget: DecodeBudget | None = request.state.decoding if request.state is not None else None
-        if budget is None:
-            return await anyio.to_thread.run_sync(parse, body)
-        async with budget.hold(len(body)):
-            return await anyio.to_thread.run_sync(parse, body)
+        with tracing.span("decode", {"scorekit.body_bytes": len(body)}):
+            return await _parsed(request, parse, body)
     except msgspec.ValidationError as exc:
         message = str(exc)
         found = _FIELD_AT.search(message) or _MISSING.search(message)
@@ -158,6 +154,16 @@ async def _decode(request: Request, parse: Callable[[bytes], T], parsed_in_handl
         raise _refused(f"Invalid JSON: {exc}", "body", parsed_in_handler) from None
     except RecursionError:  # msgspec's depth guard; no valid request nests this deep
         raise _refused("Invalid JSON: the body is nested too deeply.", "body", parsed_in_handler) from None
+
+
+async def _parsed(request: Request, parse: Callable[[bytes], T], body: bytes) -> T:
+    if len(body) <= INLINE_DECODE_BYTES:
+        return parse(body)
+    budget: DecodeBudget | None = request.state.decoding if request.state is not None else None
+    if budget is None:
+        return await anyio.to_thread.run_sync(parse, body)
+    async with budget.hold(len(body)):
+        return await anyio.to_thread.run_sync(parse, body)
 
 
 def _refused(message: str, place: str, parsed_in_handler: bool) -> HTTPError:

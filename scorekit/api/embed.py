@@ -9,12 +9,10 @@ maximum; false (the default) makes it an error. ``dimensions`` cuts each vector 
 
 from __future__ import annotations
 
-import msgspec
-
 from scorekit.api.common import check_count, decode
 from scorekit.api.errors import Spelling, spelled
 from scorekit.api.state import ServerState
-from scorekit.http import Request, Response, bad_request
+from scorekit.http import Request, Response, bad_request, json_body
 from scorekit.schemas import EmbedRequest
 from scorekit.tasks import Dimensions, EmbedOptions, Prompt, TruncationSide
 
@@ -37,4 +35,4 @@ async def embed(request: Request) -> Response:
     )
     with spelled(Spelling("inputs")):
         result = await engine.embed(texts, options)
-    return Response(msgspec.json.encode(result.vectors))
+    return Response(json_body(result.vectors))

@@ -5,12 +5,10 @@ TEI's ``prompt_name`` is refused by name: a late-interaction model puts its own 
 
 from __future__ import annotations
 
-import msgspec
-
 from scorekit.api.common import check_count, decode
 from scorekit.api.errors import Spelling, spelled
 from scorekit.api.state import ServerState
-from scorekit.http import Request, Response, bad_request
+from scorekit.http import Request, Response, bad_request, json_body
 from scorekit.schemas import EmbedAllRequest
 from scorekit.tasks import TokenEmbedOptions, TruncationSide
 
@@ -33,4 +31,4 @@ async def embed_all(request: Request) -> Response:
     options = TokenEmbedOptions(-1 if body.truncate else None, side, body.embedding_mode)
     with spelled(Spelling("inputs")):
         result = await engine.token_embed(texts, options)
-    return Response(msgspec.json.encode(result.vectors))
+    return Response(json_body(result.vectors))

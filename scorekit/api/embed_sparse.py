@@ -9,12 +9,10 @@ the characters sent).
 
 from __future__ import annotations
 
-import msgspec
-
 from scorekit.api.common import check_count, decode
 from scorekit.api.errors import Spelling, spelled
 from scorekit.api.state import ServerState
-from scorekit.http import Request, Response, bad_request
+from scorekit.http import Request, Response, bad_request, json_body
 from scorekit.schemas import EmbedSparseRequest, SparseValue
 from scorekit.tasks import Prompt, SparseOptions, TruncationSide
 
@@ -41,4 +39,4 @@ async def embed_sparse(request: Request) -> Response:
         (b"x-compute-tokens", str(result.prompt_tokens).encode()),
         (b"x-compute-characters", str(sum(map(len, texts))).encode()),
     ]
-    return Response(msgspec.json.encode(answer), headers=headers)
+    return Response(json_body(answer), headers=headers)

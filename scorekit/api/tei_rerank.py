@@ -10,12 +10,10 @@ whatever the status, so taking TEI's 422 would change no client's outcome and sp
 
 from __future__ import annotations
 
-import msgspec
-
 from scorekit.api.common import check_count, decode
 from scorekit.api.errors import Spelling, spelled
 from scorekit.api.state import ServerState
-from scorekit.http import Request, Response, bad_request
+from scorekit.http import Request, Response, bad_request, json_body
 from scorekit.schemas import TeiRank, TeiRerankRequest
 from scorekit.tasks import Chunking, PairOptions, TruncationSide
 
@@ -40,7 +38,7 @@ async def tei_rerank(request: Request) -> Response:
     scores = result.scores
     order = sorted(range(len(scores)), key=lambda i: -scores[i])  # stable: ties keep input order
     ranks = [TeiRank(i, scores[i], body.texts[i] if body.return_text else None) for i in order]
-    return Response(msgspec.json.encode(ranks), headers=_compute_headers(body, result.prompt_tokens))
+    return Response(json_body(ranks), headers=_compute_headers(body, result.prompt_tokens))
 
 
 def _compute_headers(body: TeiRerankRequest, tokens: int) -> list[tuple[bytes, bytes]]:

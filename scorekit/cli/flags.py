@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from scorekit.choices import device_error
 from scorekit.settings import ApiKey
+from scorekit.tracing import check_endpoint
 
 
 class Parser(argparse.ArgumentParser):
@@ -52,6 +53,7 @@ class Flag:
     choices: Sequence[str] | None = None
     metavar: str | None = None
     repeat: bool = False  # may be given several times (a list); its variable holds one value
+    aliases: tuple[str, ...] = ()  # other names a peer's command lines use for it (TEI's --otlp-endpoint)
 
     @property
     def dest(self) -> str:
@@ -65,13 +67,22 @@ class Flag:
         # The default stays None here: a flag left off the command line then reads its variable (see from_env).
         default = self.shown or (f"{self.default:g}" if isinstance(self.default, float) else self.default)
         help = f"{self.text} (env {self.env}; default: {default})"
+        names = [f"--{name}" for name in (self.name, *self.aliases)]
         if self.cast is switch:
-            parser.add_argument(f"--{self.name}", action="store_const", const=True, default=None, help=help)
+            parser.add_argument(*names, dest=self.dest, action="store_const", const=True, default=None, help=help)
         elif self.repeat:
-            parser.add_argument(f"--{self.name}", type=self.cast, action="append", metavar=self.metavar, help=help)
+            parser.add_argument(
+                *names, dest=self.dest, type=self.cast, action="append", metavar=self.metavar, help=help
+            )
         else:
             parser.add_argument(
-                f"--{self.name}", type=self.cast, choices=self.choices, metavar=self.metavar, default=None, help=help
+                *names,
+                dest=self.dest,
+                type=self.cast,
+                choices=self.choices,
+                metavar=self.metavar,
+                default=None,
+                help=help,
             )
 
     def given(self, args: argparse.Namespace) -> bool:
@@ -231,6 +242,14 @@ def _key_line(path: str, number: int, line: str) -> str | ApiKey:
         return ApiKey(key, **values)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{path!r} line {number}: {exc}") from None
+
+
+def otlp_url(text: str) -> str:
+    """An OTLP collector's http:// or https:// URL."""
+    try:
+        return check_endpoint(text.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def names(text: str) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from scorekit.cli.flags import FlagError, Parser, nonempty, usage_error
 from scorekit.cli.table import FLAGS, RAY_FLAGS
 from scorekit.deploy.options import RayOptions
 from scorekit.settings import ApiKey, EngineConfig, ModelSpec, Settings
+from scorekit.tracing import TraceConfig, check_installed
 
 EXAMPLES = """\
 examples:
@@ -95,11 +96,22 @@ def _fill(args: argparse.Namespace) -> None:
         args.settings = _settings(args, specs)
     except ValueError as exc:  # what the settings refuse as a whole: a key, or a key's name, given twice
         raise FlagError(str(exc)) from None
+    _traces(args.settings)
     if args.ray and args.model_host == "process":
         raise FlagError("--model-host process does not run under --ray yet: a Ray replica runs its model in process")
     args.ray_options = _ray_options(args, given_flags) if args.ray else None
     if not args.ray and (ray_only := [f.name for f in RAY_FLAGS if f.name in given_flags]):
         raise FlagError(f"--{ray_only[0]} applies to Ray Serve only: add --ray")
+
+
+def _traces(settings: Settings) -> None:
+    """Traces asked for (a flag, or the OTEL_* variables) with a bad variable, or without the otel extra: said now,
+    before any model loads."""
+    try:
+        if TraceConfig.resolve(settings) is not None:
+            check_installed()
+    except ValueError as exc:
+        raise FlagError(str(exc)) from None
 
 
 def _eager(args: argparse.Namespace, *, runtime_given: bool) -> None:
@@ -229,6 +241,9 @@ def _settings(args: argparse.Namespace, models: tuple[ModelSpec, ...]) -> Settin
         long_documents=args.long_documents,
         chunk_overlap=args.chunk_overlap,
         access_log=args.log_format == "json",  # scorekit's access line, in place of uvicorn's (logs.process_config)
+        otlp_traces_endpoint=args.otlp_traces_endpoint,
+        otlp_traces_protocol=args.otlp_traces_protocol,
+        otlp_service_name=args.otlp_service_name,
     )
 
 

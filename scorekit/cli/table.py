@@ -13,6 +13,7 @@ from scorekit.cli.flags import (
     key_file,
     names,
     nonempty,
+    otlp_url,
     seconds,
     share,
     switch,
@@ -23,6 +24,8 @@ from scorekit.deploy.options import RayOptions
 from scorekit.load import ROWS as FRONT_ENDS
 from scorekit.logs import LOG_FORMATS
 from scorekit.settings import LONG_DOCUMENTS, MODEL_HOSTS, MODEL_KINDS, EngineConfig, ModelSpec, Settings
+from scorekit.tracing import DEFAULT_SERVICE_NAME
+from scorekit.tracing import PROTOCOLS as TRACE_PROTOCOLS
 
 _ENGINE = EngineConfig()
 _SPEC = ModelSpec()
@@ -282,6 +285,33 @@ FLAGS = (
         "text, or json: one JSON object a line (time, level, logger, message, request_id, route, status, duration,"
         " model), scorekit's access line with them in place of uvicorn's (docs/deployment.md)",
         choices=LOG_FORMATS,
+    ),
+    Flag(
+        "otlp-traces-endpoint",
+        otlp_url,
+        None,
+        "Export a trace of each request (decode, tokenize, queue, batches, encode; a client's traceparent"
+        " continued) over OTLP to this collector URL (the otel extra; docs/deployment.md); the OTEL_* variables"
+        " configure the exporter, and OTEL_EXPORTER_OTLP_TRACES_ENDPOINT alone turns traces on",
+        "off",
+        metavar="URL",
+        aliases=("otlp-endpoint",),
+    ),
+    Flag(
+        "otlp-traces-protocol",
+        str,
+        None,
+        "OTLP over grpc or http/protobuf",
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else OTEL_EXPORTER_OTLP_PROTOCOL, else grpc",
+        choices=TRACE_PROTOCOLS,
+    ),
+    Flag(
+        "otlp-service-name",
+        nonempty,
+        None,
+        "The service.name of the traces",
+        f"OTEL_SERVICE_NAME, else {DEFAULT_SERVICE_NAME}",
+        metavar="NAME",
     ),
     Flag("debug", switch, False, "Show the traceback of a start-up error, not just its message", "off"),
     Flag(

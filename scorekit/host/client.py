@@ -271,7 +271,7 @@ class HostClient:
         The total is read without a lock between processes, so front ends that admit at the same instant can pass
         the limit together by a job each; the host's own batcher then refuses what does not fit (``overloaded``)."""
         number = next(self._numbers)
-        message = wire.submit(number, job.inputs, job.schedule)
+        message = wire.submit(number, job.inputs, job.schedule, job.trace)
         limit = self._spec.engine.max_queued_items
         with self._lock:
             if not self._running or self._death is not None:
@@ -383,10 +383,12 @@ class HostClient:
             case wire.Done(job=number):
                 if (job := self._take(number)) is not None:
                     job.model_seconds = message.model_seconds  # before the last delivery wakes its waiter
+                    job.runs.extend(wire.batch_runs(message.runs))
                     _deliver(job, message)
             case wire.Failed(job=number, kind=kind, message=text):
                 if (job := self._take(number)) is not None:
                     job.model_seconds = message.model_seconds
+                    job.runs.extend(wire.batch_runs(message.runs))
                     job.fail(self._error(kind, text, job))
             case wire.Dropped(items=items):
                 self._observer.dropped(items)

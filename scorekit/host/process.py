@@ -36,7 +36,7 @@ from scorekit.batching import QueueFull
 from scorekit.errors import ModelFailure, QueueTimeout, WorkerDied
 from scorekit.host import wire
 from scorekit.host.channel import Channel
-from scorekit.jobs import Schedule
+from scorekit.jobs import Schedule, TraceRef
 from scorekit.logs import host_logging
 from scorekit.model_host import LocalHost, warm_up
 from scorekit.model_job import ModelJob
@@ -56,11 +56,13 @@ class HostJob(ModelJob):
     its lock and with no hook; here that assignment also sends ``Started``, so the front end learns the queue
     wait and that the job runs (a client that leaves now is counted as leaving a running job)."""
 
-    def __init__(self, number: int, inputs: list[Encoded], schedule: Schedule, server: HostServer) -> None:
+    def __init__(
+        self, number: int, inputs: list[Encoded], schedule: Schedule, server: HostServer, trace: TraceRef | None
+    ) -> None:
         self.number = number
         self._server = server
         self._started: float | None = None
-        super().__init__(inputs, notify=self._answer, schedule=schedule)
+        super().__init__(inputs, notify=self._answer, schedule=schedule, trace=trace)
 
     @property  # the dataclass field of Job, watched
     def started_at(self) -> float | None:
@@ -78,13 +80,15 @@ class HostJob(ModelJob):
             return
         error = self.error
         if error is not None:
-            self._server.channel.send(wire.Failed(self.number, _kind(error), str(error), self.model_seconds))
+            failed = wire.Failed(self.number, _kind(error), str(error), self.model_seconds, wire.runs(self.runs))
+            self._server.channel.send(failed)
             return
         packed = self._packed
+        runs = wire.runs(self.runs)
         if packed is not None and all(output is packed for output in self.results):
-            done = wire.Done(self.number, True, [wire.tensor(packed)], self.model_seconds)
+            done = wire.Done(self.number, True, [wire.tensor(packed)], self.model_seconds, runs)
         else:
-            done = wire.Done(self.number, False, [wire.tensor(row) for row in self.outputs()], self.model_seconds)
+            done = wire.Done(self.number, False, [wire.tensor(row) for row in self.outputs()], self.model_seconds, runs)
         self._server.channel.send(done)
 
 
@@ -176,7 +180,7 @@ class HostServer:
                     logger.warning("the model host ignored a message it does not take: %s", type(message).__name__)
 
     def _submit(self, message: wire.Submit) -> None:
-        job = HostJob(message.job, wire.inputs_of(message), wire.schedule_of(message), self)
+        job = HostJob(message.job, wire.inputs_of(message), wire.schedule_of(message), self, message.trace)
         self.jobs[message.job] = job
         try:
             self.local.submit(job)

@@ -9,8 +9,8 @@ interpreter, so the machine's byte order and int size are the wire's.
 The host's owner sends ``Hello`` once; a front end that joins a started host (``--listen-fd``) sends ``Join``
 instead. Then each sends ``Submit`` (with the job's schedule), ``Abort``, ``Expire`` and ``StatsRequest``; the host
 answers ``Ready`` (or ``Died`` when its model fails to load), then ``Started``, ``Done``, ``Failed`` (both with the
-job's model seconds), ``Dropped``, ``Batch``, ``Stats`` and, when its worker dies, ``Died``. A job is named by a
-number its connection gives it.
+job's model seconds, and for a traced job each batch it rode in), ``Dropped``, ``Batch``, ``Stats`` and, when its
+worker dies, ``Died``. A job is named by a number its connection gives it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Literal
 import msgspec
 import torch
 
-from scorekit.jobs import Schedule
+from scorekit.jobs import BatchRun, Schedule, TraceRef
 from scorekit.models.base import Encoded, SharedPrefix
 from scorekit.settings import ModelKind, ModelSpec
 from scorekit.worker import WorkerStats
@@ -49,6 +49,18 @@ class Tensor(msgspec.Struct, array_like=True):
     data: memoryview
 
 
+class Run(msgspec.Struct, array_like=True):
+    """A :class:`~scorekit.jobs.BatchRun`: one batch a traced job's items rode in."""
+
+    started_ns: int
+    ended_ns: int
+    items: int
+    padded_tokens: int
+    own_items: int
+    peers: list[bytes]
+    failed: bool
+
+
 class Hello(msgspec.Struct, tag=True, array_like=True):
     """The front end's first message: the model to load, and how many models share its device (the budget)."""
 
@@ -73,7 +85,8 @@ class Ready(msgspec.Struct, tag=True, array_like=True):
 
 class Submit(msgspec.Struct, tag=True, array_like=True):
     """Queue a job: its inputs, the lengths of the distinct shared prefixes they point to, and its
-    :class:`~scorekit.jobs.Schedule` (priority, fair-share key and weight, the seconds it may wait queued)."""
+    :class:`~scorekit.jobs.Schedule` (priority, fair-share key and weight, the seconds it may wait queued), and a
+    traced request's span (``trace``: its batches are noted and sent back)."""
 
     job: int
     inputs: list[Input]
@@ -82,6 +95,7 @@ class Submit(msgspec.Struct, tag=True, array_like=True):
     key: str = ""
     weight: float = 1.0
     timeout: float | None = None
+    trace: bytes | None = None
 
 
 class Abort(msgspec.Struct, tag=True, array_like=True):
@@ -109,21 +123,25 @@ class Started(msgspec.Struct, tag=True, array_like=True):
 
 class Done(msgspec.Struct, tag=True, array_like=True):
     """Every output of the job: ``packed``, one tensor whose rows are the outputs in input order; else one tensor
-    per input (outputs of different shapes). ``model_seconds``: the job's share of its batches' forward time."""
+    per input (outputs of different shapes). ``model_seconds``: the job's share of its batches' forward time;
+    ``runs``: the batches a traced job rode in."""
 
     job: int
     packed: bool
     outputs: list[Tensor]
     model_seconds: float = 0.0
+    runs: list[Run] = msgspec.field(default_factory=list)
 
 
 class Failed(msgspec.Struct, tag=True, array_like=True):
-    """The job failed; ``model_seconds`` is its share of the batches that ran (or failed) with it before then."""
+    """The job failed; ``model_seconds`` is its share of the batches that ran (or failed) with it before then, and
+    ``runs`` those batches for a traced job."""
 
     job: int
     kind: FailureKind
     message: str
     model_seconds: float = 0.0
+    runs: list[Run] = msgspec.field(default_factory=list)
 
 
 class Dropped(msgspec.Struct, tag=True, array_like=True):
@@ -181,9 +199,9 @@ Message = (
 )
 
 
-def submit(job: int, inputs: list[Encoded], schedule: Schedule | None = None) -> Submit:
-    """A job's inputs and schedule as a ``Submit``; inputs holding one :class:`SharedPrefix` object point to one
-    entry."""
+def submit(job: int, inputs: list[Encoded], schedule: Schedule | None = None, trace: TraceRef | None = None) -> Submit:
+    """A job's inputs, schedule and trace as a ``Submit``; inputs holding one :class:`SharedPrefix` object point to
+    one entry."""
     prefixes: dict[int, int] = {}  # id of a prefix object -> its index in the message
     lengths: list[int] = []
     wired = []
@@ -204,12 +222,27 @@ def submit(job: int, inputs: list[Encoded], schedule: Schedule | None = None) ->
             )
         )
     placed = Schedule() if schedule is None else schedule
-    return Submit(job, wired, lengths, placed.priority, placed.key, placed.weight, placed.timeout)
+    return Submit(job, wired, lengths, placed.priority, placed.key, placed.weight, placed.timeout, trace)
 
 
 def schedule_of(message: Submit) -> Schedule:
     """The schedule a ``Submit`` carries."""
     return Schedule(message.priority, message.key, message.weight, message.timeout)
+
+
+def runs(values: list[BatchRun]) -> list[Run]:
+    """A traced job's batches for the wire."""
+    return [
+        Run(r.started_ns, r.ended_ns, r.items, r.padded_tokens, r.own_items, list(r.peers), r.failed) for r in values
+    ]
+
+
+def batch_runs(values: list[Run]) -> list[BatchRun]:
+    """The batches a ``Done`` or ``Failed`` carries."""
+    return [
+        BatchRun(r.started_ns, r.ended_ns, r.items, r.padded_tokens, r.own_items, tuple(r.peers), r.failed)
+        for r in values
+    ]
 
 
 def inputs_of(message: Submit) -> list[Encoded]:

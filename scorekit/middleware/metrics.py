@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
-from scorekit.asgi import LIFECYCLE_KEY, ASGIApp, Message, Receive, Scope, Send
+from scorekit.asgi import ASGIApp, Message, Receive, Scope, Send, lifecycle_hooks
 from scorekit.logs import RequestRecord, request_id_from, request_record
 from scorekit.routing import Route
 
@@ -29,12 +28,6 @@ UNMATCHED = "unmatched"  # the route label of a 404 or a 405: a client-chosen pa
 RequestObserver = Callable[[str, int, float], None]
 # (the request's scope, its record, status, seconds), once the status sent is known
 RequestEnd = Callable[[Scope, RequestRecord, int, float], None]
-
-
-class _Finishing(Protocol):
-    """What this layer asks of the request's owner (``lifecycle.Lifecycle``), which it may not import."""
-
-    def on_finish(self, callback: Callable[[int | None], None]) -> None: ...
 
 
 class RequestMetrics:
@@ -78,7 +71,7 @@ class RequestMetrics:
             with request_record(record):
                 await self.app(scope, receive, observed)
         finally:
-            owner: _Finishing | None = scope.get(LIFECYCLE_KEY)
+            owner = lifecycle_hooks(scope)
             if status is None and owner is not None:
                 # Nothing went through here; an answer may still go after the app (see the module's docstring).
                 owner.on_finish(end)
