@@ -58,6 +58,7 @@ _JSON_LOGS = "tests/cli/test_json_logs.py::"
 _PROBES = "tests/e2e/test_probes.py::"
 _VLLM_SERIES = "tests/hardening/test_vllm_series.py::"
 _LATE = "tests/models/test_late_interaction.py::"
+_TRACES = "tests/e2e/test_traces.py::"
 _SPARSE = "tests/models/test_sparse.py::"
 _SPARSE_API = "tests/e2e/test_sparse_api.py::"
 SPARSE = "scorekit/models/sparse.py"
@@ -3391,5 +3392,110 @@ MUTANTS: tuple[Mutant, ...] = (
         '    if engine.card.kind == "sparse-encoder":\n',
         "    if False:\n",
         ("tests/e2e/test_sparse_api.py::test_pooling_answers_vllms_sparse_shape_a_vector_over_the_whole_vocabulary",),
+    ),
+    # -- A: OpenTelemetry traces (issue 32) -------------------------------------------------------------------------
+    Mutant(
+        "A01",
+        "scorekit/middleware/tracing.py",
+        "the client's traceparent is not continued: every request starts a trace of its own",
+        "            context=self._tracing.parent(carrier),\n",
+        "            context=None,\n",
+        (_TRACES + "test_a_request_s_span_continues_its_traceparent_with_a_child_for_each_stage[grpc]",),
+    ),
+    Mutant(
+        "A02",
+        "scorekit/tracing.py",
+        "a batch's span links no request: which requests shared the batch is lost",
+        "                links=links,\n",
+        "                links=(),\n",
+        (_TRACES + "test_a_batch_s_span_links_every_request_that_rode_in_it[grpc]",),
+    ),
+    Mutant(
+        "A03",
+        WORKER,
+        "a batch's note links only its own job, not every traced job in the batch",
+        "        job.runs.append(BatchRun(started_ns, ended_ns, len(batch), tokens, own[key], peers, failed))",
+        "        job.runs.append(BatchRun(started_ns, ended_ns, len(batch), tokens, own[key], (job.trace,), failed))",
+        (_TRACES + "test_a_batch_s_span_links_every_request_that_rode_in_it[grpc]",),
+    ),
+    Mutant(
+        "A04",
+        WORKER,
+        "a batch's note counts the whole batch as each job's own items",
+        "own[key], peers, failed))",
+        "len(batch), peers, failed))",
+        (_TRACES + "test_a_batch_s_span_links_every_request_that_rode_in_it[grpc]",),
+    ),
+    Mutant(
+        "A05",
+        "scorekit/engine.py",
+        "the queued work a leaving client drops is no event on its span",
+        "    if not job.done:\n        unfinished",
+        "    if job.done:\n        unfinished",
+        (_TRACES + "test_a_client_that_leaves_while_queued_is_an_event_and_its_dropped_work_another[grpc]",),
+    ),
+    Mutant(
+        "A06",
+        LIFECYCLE,
+        "the lifecycle tells nobody that the client left: no disconnect event on the request's span",
+        "            if not self.client_gone and self._on_disconnect is not None:",
+        "            if False:",
+        (_TRACES + "test_a_client_that_leaves_while_queued_is_an_event_and_its_dropped_work_another[grpc]",),
+    ),
+    Mutant(
+        "A07",
+        "scorekit/middleware/tracing.py",
+        "a request answered nothing (its client gone) is recorded as a 200",
+        "            final = sent or CLIENT_CLOSED_REQUEST\n",
+        "            final = sent or 200\n",
+        (_TRACES + "test_a_client_that_leaves_while_queued_is_an_event_and_its_dropped_work_another[grpc]",),
+    ),
+    Mutant(
+        "A08",
+        "scorekit/middleware/tracing.py",
+        "a 500 does not mark the request's span as an error (the boundary moved past 500)",
+        "            if final >= 500:\n",
+        "            if final > 500:\n",
+        (_TRACES + "test_a_batch_the_model_fails_on_is_an_error_span_under_a_500[grpc]",),
+    ),
+    Mutant(
+        "A09",
+        "scorekit/middleware/tracing.py",
+        "a 4xx marks the request's span as an error: the client's mistake counted as the server's",
+        "            if final >= 500:\n",
+        "            if final >= 400:\n",
+        (_TRACES + "test_a_batch_the_model_fails_on_is_an_error_span_under_a_500[grpc]",),
+    ),
+    Mutant(
+        "A10",
+        "scorekit/host/client.py",
+        "the batches a model host process sends back with a job's answer are dropped: no batch spans",
+        "                    job.runs.extend(wire.batch_runs(message.runs))\n                    _deliver(job, message)",
+        "                    _deliver(job, message)",
+        (_TRACES + "test_the_batches_of_a_model_host_process_come_back_as_spans_with_their_links[grpc]",),
+    ),
+    Mutant(
+        "A11",
+        "scorekit/host/wire.py",
+        "a job's trace does not cross to the model host process: its batches are not noted there",
+        "placed.weight, placed.timeout, trace)",
+        "placed.weight, placed.timeout, None)",
+        (_TRACES + "test_the_batches_of_a_model_host_process_come_back_as_spans_with_their_links[grpc]",),
+    ),
+    Mutant(
+        "A12",
+        "scorekit/tracing.py",
+        "the queue span ends when the request's job ends, not when its first batch began",
+        "        queue.end(end_time=runs[0].started_ns if runs else max(ended_ns, submitted_ns))",
+        "        queue.end(end_time=max(ended_ns, submitted_ns))",
+        (_TRACES + "test_a_request_s_span_continues_its_traceparent_with_a_child_for_each_stage[grpc]",),
+    ),
+    Mutant(
+        "A13",
+        "scorekit/worker.py",
+        "a failed batch is noted as a good one: its span hides where the model failed",
+        "                    _note_run(batch, tokens, started_ns, failed=True)",
+        "                    _note_run(batch, tokens, started_ns, failed=False)",
+        (_TRACES + "test_a_batch_the_model_fails_on_is_an_error_span_under_a_500[grpc]",),
     ),
 )
