@@ -3470,8 +3470,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "A10",
         "scorekit/host/client.py",
         "the batches a model host process sends back with a job's answer are dropped: no batch spans",
-        "                    job.runs.extend(wire.batch_runs(message.runs))\n                    _deliver(job, message)",
-        "                    _deliver(job, message)",
+        "job.runs.extend(wire.batch_runs(message.runs))\n                    _deliver(job, message)",
+        "_deliver(job, message)",
         (_TRACES + "test_the_batches_of_a_model_host_process_come_back_as_spans_with_their_links[grpc]",),
     ),
     Mutant(
@@ -3497,5 +3497,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "                    _note_run(batch, tokens, started_ns, failed=True)",
         "                    _note_run(batch, tokens, started_ns, failed=False)",
         (_TRACES + "test_a_batch_the_model_fails_on_is_an_error_span_under_a_500[grpc]",),
+    ),
+    Mutant(
+        "A14",
+        "scorekit/middleware/tracing.py",
+        "the probes are traced: a load balancer's health checks drown the requests' spans",
+        "(route is not None and route.public)",
+        "(route is not None and route.public and False)",
+        (_TRACES + "test_the_probes_are_not_traced[grpc]",),
     ),
 )

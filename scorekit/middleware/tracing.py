@@ -1,13 +1,15 @@
 """Traces: each HTTP request's span (``tracing.py``), continuing the client's W3C ``traceparent``.
 
 There only when the server exports traces. It sits just under the request metrics, so every request the metrics
-count has a span, named as OpenTelemetry's HTTP conventions name a server span (``POST /rerank``: the method and the
-canonical route; the method alone when no route takes the path, whose path a client chooses) and carrying the request
-id its log lines carry. While the layers below run, the span is the current :class:`~scorekit.tracing.RequestTrace`,
-to which they add their spans (decode, tokenize, queue, batch, encode) and events. The client's leaving before its
-answer is complete is an event (the lifecycle tells it as it happens), and the status is the one sent, by whichever
-layer sent it: as with the metrics, an answer sent after the app returned is known when the lifecycle is done, and
-a request that was sent none is 499. A 5xx marks the span as an error.
+count has a span, but the probes (``/health``, ``/healthz``, ``/readyz``, ``/load``, ``/metrics``, ``/ping``): a load
+balancer's every few seconds would drown the requests'. A span is named as OpenTelemetry's HTTP conventions name a
+server span (``POST /rerank``: the method and the canonical route; the method alone when no route takes the path,
+whose path a client chooses) and carries the request id its log lines carry. While the layers below run, the span is
+the current :class:`~scorekit.tracing.RequestTrace`, to which they add their spans (decode, tokenize, queue, batch,
+encode) and events. The client's leaving before its answer is complete is an event (the lifecycle tells it as it
+happens), and the status is the one sent, by whichever layer sent it: as with the metrics, an answer sent after the
+app returned is known when the lifecycle is done, and a request that was sent none is 499. A 5xx marks the span as
+an error.
 """
 
 from __future__ import annotations
@@ -37,11 +39,11 @@ class Traces:
         self._error = Status(StatusCode.ERROR)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        route = self._route_of(scope) if scope["type"] == "http" else None
+        if scope["type"] != "http" or (route is not None and route.public):
             await self.app(scope, receive, send)
             return
         tracer = self._tracing.tracer
-        route = self._route_of(scope)
         method: str = scope["method"]
         record = current_record()
         attributes: dict[str, Any] = {"http.request.method": method, "url.path": scope["path"]}

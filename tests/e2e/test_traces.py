@@ -124,6 +124,18 @@ def test_a_request_without_a_traceparent_starts_a_trace_of_its_own(receiver: Otl
     assert span.resource["service.name"] == "scorekit"
 
 
+def test_the_probes_are_not_traced(receiver: OtlpReceiver) -> None:
+    """A load balancer's probes come every few seconds: their spans would drown the requests'."""
+    with serve(create_app(traced(receiver))) as live:
+        for path in ("/health", "/healthz", "/readyz", "/load", "/metrics", "/ping"):
+            assert live.request("GET", path, headers={"traceparent": TRACEPARENT})[0] == 200, path
+        assert live.request("GET", "/v1/models", headers={"x-request-id": "models"})[0] == 200
+        models = request_span(receiver, "models", children=())  # exported after the probes: theirs would be in too
+    assert not receiver.trace(TRACE_ID)
+    assert {span.trace_id for span in receiver.spans} == {models.trace_id}  # its own span and its encode
+    assert models.name == "GET /v1/models"
+
+
 def test_a_client_that_asks_for_no_sampling_gets_no_spans(receiver: OtlpReceiver) -> None:
     """The default sampler follows the parent: a ``traceparent`` whose sampled flag is off is exported nowhere, and
     none of the work below records anything."""
