@@ -323,7 +323,8 @@ class CohereInput(Struct, kw_only=True):
 
 class CohereEmbedRequest(Struct, kw_only=True):
     """Cohere's v2 embed body (``ClientV2.embed``): ``texts``, or ``inputs`` of one text part each. Images,
-    ``input_type: "image"`` and ``max_tokens`` are refused by name; ``priority`` is accepted and ignored."""
+    ``input_type: "image"`` and ``max_tokens`` are refused by name. ``priority`` is Cohere's field and vLLM's: lower
+    runs earlier."""
 
     model: str | None = None
     texts: list[str] | None = None
@@ -334,6 +335,7 @@ class CohereEmbedRequest(Struct, kw_only=True):
     truncate: Literal["NONE", "START", "END"] = "END"
     output_dimension: int | None = None
     max_tokens: int | None = None
+    priority: int = 0  # Cohere's and vLLM's: lower runs earlier (docs/api.md)
 
 
 class CohereEmbeddings(Struct, omit_defaults=True):

@@ -25,6 +25,8 @@ from scorekit.settings import ApiKey
 from scorekit.ticket import Ticket
 
 WINDOW = 60.0  # seconds: the quotas are per minute
+# The draft's fields, in the order an answer carries them.
+RATE_LIMIT_HEADERS = ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset", "ratelimit-policy")
 
 
 class TokenBucket:
@@ -50,12 +52,8 @@ class TokenBucket:
         """The bucket as the draft's fields say it."""
         self._refill()
         reset = math.ceil((self.limit - self._level) / self._rate)
-        return [
-            (b"ratelimit-limit", str(self.limit).encode()),
-            (b"ratelimit-remaining", str(math.floor(self._level)).encode()),
-            (b"ratelimit-reset", str(reset).encode()),
-            (b"ratelimit-policy", f"{self.limit};w={WINDOW:g}".encode()),
-        ]
+        values = (self.limit, math.floor(self._level), reset, f"{self.limit};w={WINDOW:g}")
+        return [(name.encode(), str(value).encode()) for name, value in zip(RATE_LIMIT_HEADERS, values, strict=True)]
 
     def _refill(self) -> None:
         now = self._clock()

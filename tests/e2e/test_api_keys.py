@@ -137,6 +137,9 @@ def test_a_preflight_needs_no_key_and_answers_carry_the_origin(keyed: Live) -> N
     assert status == 200 and headers["access-control-allow-origin"] == ORIGIN
     status, headers, _ = keyed.request("POST", "/rerank", RERANK, headers={"Origin": ORIGIN, **_bearer(KEYS[0])})
     assert status == 200 and headers["access-control-allow-origin"] == ORIGIN
+    exposed = set(headers["access-control-expose-headers"].split(", "))
+    assert {"x-model-seconds", "ratelimit-remaining", "retry-after"} <= exposed  # a page's script can read them
+    assert "x-model-seconds" in headers
     status, headers, _ = keyed.request("POST", "/rerank", RERANK, headers={"Origin": ORIGIN})
     assert status == 401 and headers["access-control-allow-origin"] == ORIGIN  # a browser can read the refusal
     status, headers, _ = keyed.request("POST", "/rerank", RERANK, headers={"Origin": "https://elsewhere.example"})

@@ -104,6 +104,21 @@ def test_a_lower_priority_runs_earlier_whatever_the_arrival_order(held_server: t
     assert recorded.batches == [[9], [5], [4], [6], [3]]
 
 
+def test_cohere_s_embed_takes_its_priority_as_the_other_routes_do(held_server: tuple[Engine, Recorded, Live]) -> None:
+    """Cohere's v2 embed has a ``priority`` field of the same meaning (lower first): it orders the queue too."""
+    engine, recorded, live = held_server
+    blocker = queue_behind_the_blocker(recorded, live)
+    sent = (("/v2/embed", {"texts": [TEXTS[3]], "priority": 5}), ("/v1/embeddings", {"input": TEXTS[4]}))
+    answers = []
+    for queued, (path, body) in enumerate((*sent, ("/v2/embed", {"texts": [TEXTS[5]], "priority": -1})), 1):
+        answers.append(post(live, body, path))
+        assert wait_for(lambda n=queued: engine.snapshot().queued_items == n)  # type: ignore[misc]
+    recorded.release.set()
+    finished(blocker, *answers)
+    assert [answer["status"] for answer in answers] == [200, 200, 200]
+    assert recorded.batches == [[9], [5], [4], [3]]
+
+
 def test_a_request_still_queued_at_its_deadline_gets_503_and_never_runs(
     held_server: tuple[Engine, Recorded, Live],
 ) -> None:
