@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from scorekit import __version__
 from scorekit.jobs import BatchRun, TraceRef
@@ -92,7 +92,7 @@ def check_endpoint(url: str) -> str:
     """``url`` when it is an http:// or https:// URL with a host, else a ValueError saying so (its caller names
     where the URL came from)."""
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if parts.scheme not in ("http", "https") or not parts.hostname or url != url.strip():
         raise ValueError(f"expected the collector's http:// or https:// URL, not {url!r}")
     return url
 
@@ -101,8 +101,9 @@ def exporter_endpoint(url: str, protocol: TraceProtocol) -> str:
     """The URL as the exporter of ``protocol`` takes it: an OTLP/HTTP endpoint given without a path gets the
     collector's traces path (``http://collector:4318`` posts to ``/v1/traces``, as the OTLP specification has it
     for the general endpoint); gRPC takes the host and port."""
-    if protocol == "http/protobuf" and urlsplit(url).path in ("", "/"):
-        return url.rstrip("/") + HTTP_TRACES_PATH
+    parts = urlsplit(url)
+    if protocol == "http/protobuf" and parts.path in ("", "/"):
+        return urlunsplit(parts._replace(path=HTTP_TRACES_PATH))
     return url
 
 
@@ -189,7 +190,8 @@ class RequestTrace:
 
         runs = list(runs)
         queue = self.tracer.start_span("queue", context=self.context, attributes=attributes, start_time=submitted_ns)
-        queue.end(end_time=runs[0].started_ns if runs else max(ended_ns, submitted_ns))
+        # Its first batch: with several worker threads, a later note can be of an earlier batch.
+        queue.end(end_time=min(run.started_ns for run in runs) if runs else max(ended_ns, submitted_ns))
         for run in runs:
             links = [
                 Link(SpanContext(trace_id, span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED)))
