@@ -6,6 +6,7 @@ bounded twice, by a request count and by a deadline, so a stuck server cannot ha
     python -m bench.loadgen closed --port P --spec FILE --concurrency 32 --warmup 1.5 --window 8
     python -m bench.loadgen fairness --port P --small FILE --big FILE --alone 40
     python -m bench.loadgen two_keys --port P --small FILE --flood FILE --quiet-key K1 --flood-key K2 --concurrency 32
+    python -m bench.loadgen flood --port P --spec FILE --key K --concurrency 32   (until its stdin ends)
     python -m bench.loadgen abort --port P --spec FILE --after-batches 3
     python -m bench.loadgen single --port P --spec FILE
 """
@@ -16,6 +17,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import time
 from collections import Counter
@@ -281,24 +283,77 @@ async def flood(port: int, requests: list[bytes], concurrency: int, stop: asynci
     return answered
 
 
+async def flood_until_told(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``flood`` command: ``--concurrency`` connections in closed loops with ``--key``, until this process's
+    standard input ends (its parent closes it); how many were answered."""
+    _, requests = load_spec(args.spec, args.key)
+    stop = asyncio.Event()
+    loop, fd = asyncio.get_running_loop(), sys.stdin.fileno()
+
+    def told() -> None:
+        if not os.read(fd, 4096):
+            loop.remove_reader(fd)
+            stop.set()
+
+    loop.add_reader(fd, told)
+    return {"answered": await flood(args.port, requests, args.concurrency, stop)}
+
+
+class Flood:
+    """Another key's flood beside the probes: in a client process of its own (``separate``), as another client's
+    would be, so the probes' timings never wait on the flood's responses in this process's event loop; or as
+    tasks of this process, as before (what the probes' client then also does is in their timings)."""
+
+    def __init__(self, args: argparse.Namespace, *, separate: bool) -> None:
+        self._args, self._separate = args, separate
+        self._task: asyncio.Task[int] | None = None
+        self._process: asyncio.subprocess.Process | None = None
+        self._stop = asyncio.Event()
+
+    async def start(self) -> None:
+        args = self._args
+        if not self._separate:
+            _, flooding = load_spec(args.flood, args.flood_key)
+            self._task = asyncio.create_task(flood(args.port, flooding, args.concurrency, self._stop))
+            return
+        command = ["-m", "bench.loadgen", "flood", "--port", str(args.port), "--spec", args.flood]
+        command += ["--key", args.flood_key, "--concurrency", str(args.concurrency)]
+        self._process = await asyncio.create_subprocess_exec(
+            sys.executable, *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+        )
+
+    async def stop(self) -> int:
+        """Stop it; the requests it had answered."""
+        if self._task is not None:
+            self._stop.set()
+            return await asyncio.wait_for(self._task, timeout=self._args.timeout)
+        process = self._process
+        assert process is not None and process.stdin is not None
+        process.stdin.close()
+        out, _ = await asyncio.wait_for(process.communicate(), timeout=self._args.timeout)
+        if process.returncode != 0:
+            raise RuntimeError(f"the flood's process exited {process.returncode}")
+        answered: int = json.loads(out)["answered"]
+        return answered
+
+
 async def two_keys(args: argparse.Namespace) -> dict[str, Any]:
     """One key's 1-document probes alone; then beside another key's flood (``--concurrency`` connections in closed
-    loops), with the quiet key's own credentials; then, still beside the flood, with the flooding key's (the
-    control: one key, so no fair share between the probes and the flood); then alone again."""
+    loops, from a client process of its own unless ``--flood-in-process``), with the quiet key's own credentials;
+    then, still beside the flood, with the flooding key's (the control: one key, so no fair share between the
+    probes and the flood); then alone again."""
     _, quiet = load_spec(args.small, args.quiet_key)
     _, same = load_spec(args.small, args.flood_key)
-    _, flooding = load_spec(args.flood, args.flood_key)
     await probe(args.port, quiet[0], 3, time.perf_counter() + 30, None)  # warm-up
     alone = await probe(args.port, quiet[0], args.alone, time.perf_counter() + args.timeout, None)
-    stop = asyncio.Event()
-    flooded = asyncio.create_task(flood(args.port, flooding, args.concurrency, stop))
+    flooding = Flood(args, separate=not args.flood_in_process)
+    await flooding.start()
     await asyncio.sleep(args.flood_warmup_s)
     started = await scrape(args.port)
     loaded = await probe(args.port, quiet[0], 1_000_000, time.perf_counter() + args.probe_seconds, None)
     control = await probe(args.port, same[0], 1_000_000, time.perf_counter() + args.probe_seconds, None)
     during = (await scrape(args.port)).minus(started)
-    stop.set()
-    answered = await asyncio.wait_for(flooded, timeout=args.timeout)
+    answered = await flooding.stop()
     await settle(args.port, quiet_s=0.3, limit_s=args.timeout)
     after = await probe(args.port, quiet[0], args.alone, time.perf_counter() + args.timeout, None)
     return {
@@ -365,7 +420,7 @@ async def single(args: argparse.Namespace) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.loadgen")
     commands = parser.add_subparsers(dest="command", required=True)
-    for name in ("closed", "fairness", "two_keys", "abort", "single"):
+    for name in ("closed", "fairness", "two_keys", "flood", "abort", "single"):
         sub = commands.add_parser(name)
         sub.add_argument("--port", type=int, required=True)
         sub.add_argument("--timeout", type=float, default=120.0)
@@ -396,11 +451,26 @@ def build_parser() -> argparse.ArgumentParser:
     keys.add_argument("--alone", type=int, default=40)
     keys.add_argument("--probe-seconds", type=float, default=15.0, help="each of the two loaded probe phases")
     keys.add_argument("--flood-warmup-s", type=float, default=1.0)
+    keys.add_argument(
+        "--flood-in-process",
+        action="store_true",
+        help="flood from this process's loop, not a client process of its own",
+    )
+    flood_cmd = commands.choices["flood"]
+    flood_cmd.add_argument("--key", required=True)
+    flood_cmd.add_argument("--concurrency", type=int, default=32)
     commands.choices["abort"].add_argument("--after-batches", type=int, default=3)
     return parser
 
 
-COMMANDS = {"closed": closed, "fairness": fairness, "two_keys": two_keys, "abort": abort, "single": single}
+COMMANDS = {
+    "closed": closed,
+    "fairness": fairness,
+    "two_keys": two_keys,
+    "flood": flood_until_told,
+    "abort": abort,
+    "single": single,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,9 @@ With ``fairness_small_batch_tokens`` set, the same is measured on a second serve
 Two keys (``two_keys``): a server started with two API keys (each weight 1); one key floods it with the batching
 scenario's 16-document reranks from ``fairness_flood_concurrency`` connections in closed loops, and the other's
 1-document probes are timed beside the flood against their time alone. As a control, the same probes are then
-sent with the flooding key's own credentials, so they share its fair share instead of having one of their own.
+sent with the flooding key's own credentials, so they share its fair share instead of having one of their own. The
+flood comes from a client process of its own, as another client's would; then, side by side, from the probes' own
+client process (``flood_in_process``), the earlier way, which also times the probes' client answering the flood.
 """
 
 from __future__ import annotations
@@ -113,7 +115,15 @@ def _two_keys(ctx: Context, small: Path) -> dict[str, Any]:
     args += ["--probe-seconds", p.fairness_probe_s]
     with running(server):
         result = loadgen("two_keys", server.port, *args)
+        # The earlier way, side by side: the flood from the probes' own client process, whose event loop then
+        # answers 32 connections between a probe's request and its timing.
+        result["flood_in_process"] = _ratios(loadgen("two_keys", server.port, *args, "--flood-in-process"))
     result["flood_concurrency"] = p.fairness_flood_concurrency
+    return _ratios(result)
+
+
+def _ratios(result: dict[str, Any]) -> dict[str, Any]:
+    """Each loaded phase's p99 and p50 over those of the quiet key alone (the lower of its two alone phases)."""
     alone = {q: min(result["alone_ms"][q], result["alone_after_ms"][q]) for q in ("p50", "p99")}
     for phase in ("loaded", "same_key"):
         result[f"{phase}_ratio_p99"] = result[f"{phase}_ms"]["p99"] / alone["p99"]
