@@ -3961,4 +3961,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "not parts.hostname:",
         (_TRACE_CONFIG + "test_a_url_with_spaces_around_it_is_refused_by_the_settings",),
     ),
+    Mutant(
+        "O32",
+        "scorekit/model_host.py",
+        "start-up's objects are left to the garbage collector: a full pass stalls the loop for 150 ms now and then",
+        "    gc.freeze()\n",
+        "",
+        (_JSON_LOGS + "test_serve_logs_json_lines_with_the_request_id",),
+    ),
+    Mutant(
+        "O33",
+        "scorekit/serving.py",
+        "the server never freezes start-up's objects (only a model host process does)",
+        "        if self.started:  # the lifespan has loaded every model: what start-up made stays for good\n",
+        "        if False:\n",
+        (_JSON_LOGS + "test_serve_logs_json_lines_with_the_request_id",),
+    ),
 )

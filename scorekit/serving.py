@@ -22,6 +22,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from scorekit.app import ScorekitApp
 from scorekit.connections import AcceptFailureFilter, connection_limits, guarded, raise_open_file_limit
+from scorekit.model_host import freeze_start_up
 
 logger = logging.getLogger("scorekit.serving")
 
@@ -63,6 +64,8 @@ class _DrainingServer(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
+        if self.started:  # the lifespan has loaded every model: what start-up made stays for good
+            freeze_start_up()
         if self.started and self._started is not None:
             self._started()
         elif self.started and sockets:

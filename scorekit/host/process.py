@@ -38,7 +38,7 @@ from scorekit.host import wire
 from scorekit.host.channel import Channel
 from scorekit.jobs import Schedule, TraceRef
 from scorekit.logs import host_logging
-from scorekit.model_host import LocalHost, warm_up
+from scorekit.model_host import LocalHost, freeze_start_up, warm_up
 from scorekit.model_job import ModelJob
 from scorekit.models import load_spec
 from scorekit.models.base import Encoded
@@ -277,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         channel.send(wire.Died(_one_line(exc)))  # the owner says it, once, as its own error
         channel.close(timeout=5.0)
         return 1
+    freeze_start_up()
     ready = wire.Ready(backend.name, backend.kind, backend.max_length, budget.tokens, budget.source)
     channel.send(ready)
     server = HostServer(channel, local)
