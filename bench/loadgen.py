@@ -359,6 +359,7 @@ async def two_keys(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "alone_ms": summary_ms(alone),
         "alone_after_ms": summary_ms(after),
+        "alone_pooled_ms": summary_ms(alone + after),
         "loaded_ms": summary_ms(loaded),
         "same_key_ms": summary_ms(control),
         "flood_answered": answered,

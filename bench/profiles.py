@@ -31,6 +31,8 @@ class Profile:
     disconnect_trials: int = 3
     fairness_big_docs: int = 5000
     fairness_alone_probes: int = 40
+    # The quiet key's probes alone in the two-key case, before and after the flood: a p99 wants a few hundred.
+    fairness_two_keys_alone_probes: int = 150
     fairness_probe_s: float = 15.0
     fairness_big_alone_s: float = 2.0  # the huge request's pace alone is measured over this long
     fairness_small_batch_tokens: int | None = 512
@@ -71,6 +73,7 @@ SMOKE = Profile(
     disconnect_trials=1,
     fairness_big_docs=600,
     fairness_alone_probes=5,
+    fairness_two_keys_alone_probes=5,
     fairness_probe_s=2.0,
     fairness_big_alone_s=0.3,
     fairness_small_batch_tokens=None,
