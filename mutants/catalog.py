@@ -3977,4 +3977,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if False:\n",
         (_JSON_LOGS + "test_serve_logs_json_lines_with_the_request_id",),
     ),
+    Mutant(
+        "A15",
+        LIFECYCLE,
+        "a disconnect observer that raises stops the lifecycle's pump before it cancels the app: the work runs on",
+        "                    except Exception:  # an observer's failure never stops the cancellation below\n"
+        '                        logger.exception("a disconnect callback failed")\n',
+        "                    finally:\n                        pass\n",
+        (_TRACES + "test_a_disconnect_observer_that_fails_does_not_stop_the_cancellation[grpc]",),
+    ),
 )

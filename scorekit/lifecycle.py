@@ -285,7 +285,10 @@ class Lifecycle(LifecycleHooks):
         if not self.response_complete:
             if not self.client_gone and self._on_disconnect is not None:
                 for callback in self._on_disconnect:
-                    callback()
+                    try:
+                        callback()
+                    except Exception:  # an observer's failure never stops the cancellation below
+                        logger.exception("a disconnect callback failed")
             self.client_gone = True
             if cancel and self.cancel_on_disconnect:
                 self.app_scope.cancel()

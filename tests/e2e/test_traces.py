@@ -247,6 +247,39 @@ def test_a_client_that_leaves_while_queued_is_an_event_and_its_dropped_work_anot
     assert held.batches == [1]
 
 
+def test_a_disconnect_observer_that_fails_does_not_stop_the_cancellation(
+    receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lifecycle tells the traces of the client's leaving from its own pump, just before it cancels the app: an
+    observer that raises there is logged, and the request is still cancelled, its queued work dropped, its load
+    given back."""
+    from opentelemetry.sdk.trace import Span as SdkSpan
+
+    added = SdkSpan.add_event
+
+    def failing(self: SdkSpan, name: str, *args: Any, **kwargs: Any) -> None:
+        if name == "scorekit.disconnect":
+            raise RuntimeError("an observer failed")
+        added(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(SdkSpan, "add_event", failing)
+    app = create_app(traced(receiver, engine=TOGETHER))
+    with serve(app) as live:
+        engine = app.engine
+        assert engine is not None
+        held = Held(engine, monkeypatch)
+        first = post(live, {"input": "zero zero zero"}, "first")
+        assert held.entered.wait(30)
+        sock = live.send_json("/v1/embeddings", {"input": ["one", "two", "three"]})
+        assert wait_for(lambda: engine.snapshot().queued_items == 3)
+        sock.close()
+        assert wait_for(lambda: engine.snapshot().queued_items == 0)  # cancelled all the same
+        held.release.set()
+        first.join(60)
+        assert live.wait_load(0) == 0
+    assert held.batches == [1]
+
+
 def test_a_request_whose_deadline_passes_in_the_queue_is_a_server_error_span_with_its_dropped_work(
     receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
