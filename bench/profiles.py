@@ -33,6 +33,8 @@ class Profile:
     fairness_alone_probes: int = 40
     # The quiet key's probes alone in the two-key case, before and after the flood: a p99 wants a few hundred.
     fairness_two_keys_alone_probes: int = 150
+    # The two-key case once more with the flood from the probes' own client process, the earlier way, beside it.
+    fairness_flood_in_process: bool = True
     fairness_probe_s: float = 15.0
     fairness_big_alone_s: float = 2.0  # the huge request's pace alone is measured over this long
     fairness_small_batch_tokens: int | None = 512
@@ -74,6 +76,7 @@ SMOKE = Profile(
     fairness_big_docs=600,
     fairness_alone_probes=5,
     fairness_two_keys_alone_probes=5,
+    fairness_flood_in_process=False,
     fairness_probe_s=2.0,
     fairness_big_alone_s=0.3,
     fairness_small_batch_tokens=None,

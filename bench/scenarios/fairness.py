@@ -115,9 +115,10 @@ def _two_keys(ctx: Context, small: Path) -> dict[str, Any]:
     args += ["--probe-seconds", p.fairness_probe_s]
     with running(server):
         result = loadgen("two_keys", server.port, *args)
-        # The earlier way, side by side: the flood from the probes' own client process, whose event loop then
-        # answers 32 connections between a probe's request and its timing.
-        result["flood_in_process"] = _ratios(loadgen("two_keys", server.port, *args, "--flood-in-process"))
+        if p.fairness_flood_in_process:
+            # The earlier way, side by side: the flood from the probes' own client process, whose event loop then
+            # answers 32 connections between a probe's request and its timing.
+            result["flood_in_process"] = _ratios(loadgen("two_keys", server.port, *args, "--flood-in-process"))
     result["flood_concurrency"] = p.fairness_flood_concurrency
     return _ratios(result)
 

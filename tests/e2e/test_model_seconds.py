@@ -86,7 +86,9 @@ def test_a_batch_s_time_is_split_by_tokens(monkeypatch: pytest.MonkeyPatch) -> N
         recorded = Recorded(engine, monkeypatch)
         blocker = post(live, {"input": "zero"})
         assert recorded.entered.wait(30)
-        short, long = post(live, {"input": "one"}), post(live, {"input": BLOCKER})
+        short = post(live, {"input": "one"})
+        assert wait_for(lambda: engine.snapshot().queued_items == 1)  # queued in this order, whatever the machine
+        long = post(live, {"input": BLOCKER})
         assert wait_for(lambda: engine.snapshot().queued_items == 2)
         recorded.release.set()
         finished(blocker, short, long)

@@ -201,22 +201,31 @@ def test_scores_through_the_ray_proxy_match_sentence_transformers(cluster: Clust
 
 
 def test_requests_spread_over_both_replicas(cluster: Cluster) -> None:
-    before = [metric(live, "scorekit_requests_total", route="/rerank", status="200") for live in cluster.probes]
-    statuses: list[int] = []
+    """Ray's router picks between two replicas by their queues, as it last heard them: on a loaded machine a
+    replica whose report is late can be passed over for a whole round of twelve, so up to three rounds are sent,
+    and each round's requests must all be answered and counted on one replica or the other."""
+    served = [0.0, 0.0]
+    for _ in range(3):  # bounded: a router that never spreads fails after the third round
+        before = [metric(live, "scorekit_requests_total", route="/rerank", status="200") for live in cluster.probes]
+        statuses: list[int] = []
 
-    def one() -> None:
-        payload = {"query": QUERY, "documents": DOCUMENTS * 20}
-        statuses.append(cluster.proxy.json("POST", "/rerank", payload, timeout=60)[0])
+        def one(statuses: list[int] = statuses) -> None:
+            payload = {"query": QUERY, "documents": DOCUMENTS * 20}
+            statuses.append(cluster.proxy.json("POST", "/rerank", payload, timeout=60)[0])
 
-    threads = [threading.Thread(target=one, daemon=True) for _ in range(12)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(90)
-    assert statuses == [200] * 12
-    after = [metric(live, "scorekit_requests_total", route="/rerank", status="200") for live in cluster.probes]
-    served = [b - a for a, b in zip(before, after, strict=True)]
-    assert sum(served) == 12 and min(served) > 0, f"requests per replica: {served}"
+        threads = [threading.Thread(target=one, daemon=True) for _ in range(12)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(90)
+        assert statuses == [200] * 12
+        after = [metric(live, "scorekit_requests_total", route="/rerank", status="200") for live in cluster.probes]
+        round_served = [b - a for a, b in zip(before, after, strict=True)]
+        assert sum(round_served) == 12, f"requests per replica: {round_served}"
+        served = [total + more for total, more in zip(served, round_served, strict=True)]
+        if min(served) > 0:
+            break
+    assert min(served) > 0, f"requests per replica over three rounds: {served}"
 
 
 def test_ray_reports_both_replicas_running_and_healthy(cluster: Cluster) -> None:
