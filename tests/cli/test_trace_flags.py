@@ -14,6 +14,7 @@ from scorekit.cli import parse
 from scorekit.settings import Settings
 from scorekit.tracing import INSTALL_HINT, TraceConfig
 from tests.cli.conftest import ROOT, one_line_error
+from tests.cli.test_parsing import refused
 
 URL = "http://collector:4317"
 
@@ -28,17 +29,6 @@ def no_scorekit_or_otel_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def settings(*argv: str) -> Settings:
     parsed: Settings = parse(["serve", *argv]).settings
     return parsed
-
-
-def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    """``argv`` exits 2 with one line on stderr; that line."""
-    with pytest.raises(SystemExit) as exited:
-        parse(argv)
-    assert exited.value.code == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1, lines
-    assert lines[0].startswith("scorekit serve: error: ")
-    return lines[0]
 
 
 def test_no_trace_flag_leaves_traces_off() -> None:

@@ -9,6 +9,7 @@ The model is held on a first batch where the test needs requests to queue togeth
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import threading
@@ -176,9 +177,10 @@ def post(live: Live, body: dict[str, Any], request_id: str, **headers: str) -> t
     return thread
 
 
-def test_a_batch_s_span_links_every_request_that_rode_in_it(
-    receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@contextlib.contextmanager
+def held_server(receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Engine, Held, Live]]:
+    """A traced server whose model holds its first batch (request "first", running) until the block releases it: the
+    requests sent meanwhile queue together. Leaving the block releases the model and waits for "first"."""
     app = create_app(traced(receiver, engine=TOGETHER))
     with serve(app) as live:
         engine = app.engine
@@ -186,14 +188,33 @@ def test_a_batch_s_span_links_every_request_that_rode_in_it(
         held = Held(engine, monkeypatch)
         first = post(live, {"input": "zero zero zero"}, "first")
         assert held.entered.wait(30)
+        try:
+            yield engine, held, live
+        finally:
+            held.release.set()
+            first.join(60)
+
+
+def leave_while_queued(engine: Engine, live: Live) -> None:
+    """A client sends three inputs behind the held batch and leaves while they are queued; the batcher drops them."""
+    sock = live.send_json("/v1/embeddings", {"input": ["one", "two", "three"]})
+    assert wait_for(lambda: engine.snapshot().queued_items == 3)
+    sock.close()
+    assert wait_for(lambda: engine.snapshot().queued_items == 0)
+
+
+def test_a_batch_s_span_links_every_request_that_rode_in_it(
+    receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with held_server(receiver, monkeypatch) as (engine, held, live):
         second = post(live, {"input": ["one", "one two"]}, "second")
         assert wait_for(lambda: engine.snapshot().queued_items == 2)
         third = post(live, {"input": "three"}, "third")
         assert wait_for(lambda: engine.snapshot().queued_items == 3)
         held.release.set()
-        for thread in (first, second, third):
+        for thread in (second, third):
             thread.join(60)
-        spans = {name: request_span(receiver, name) for name in ("first", "second", "third")}
+    spans = {name: request_span(receiver, name) for name in ("first", "second", "third")}
     assert held.batches == [1, 3]  # the first alone, then the two queued requests' three inputs together
     batches = {name: [s for s in receiver.children_of(span) if s.name == "batch"] for name, span in spans.items()}
     assert all(len(found) == 1 for found in batches.values())
@@ -218,24 +239,13 @@ def test_a_batch_s_span_links_every_request_that_rode_in_it(
 def test_a_client_that_leaves_while_queued_is_an_event_and_its_dropped_work_another(
     receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = create_app(traced(receiver, engine=TOGETHER))
-    with serve(app) as live:
-        engine = app.engine
-        assert engine is not None
-        held = Held(engine, monkeypatch)
-        first = post(live, {"input": "zero zero zero"}, "first")
-        assert held.entered.wait(30)
-        sock = live.send_json("/v1/embeddings", {"input": ["one", "two", "three"]})
-        assert wait_for(lambda: engine.snapshot().queued_items == 3)
-        sock.close()
-        assert wait_for(lambda: engine.snapshot().queued_items == 0)  # the batcher dropped them
-        held.release.set()
-        first.join(60)
+    with held_server(receiver, monkeypatch) as (engine, held, live):
+        leave_while_queued(engine, live)
 
-        def left(spans: tuple[Span, ...]) -> bool:
-            return any(span.attributes.get("http.response.status_code") == 499 for span in spans)
+    def left(spans: tuple[Span, ...]) -> bool:
+        return any(span.attributes.get("http.response.status_code") == 499 for span in spans)
 
-        gone = next(s for s in receiver.wait_for(left) if s.attributes.get("http.response.status_code") == 499)
+    gone = next(s for s in receiver.wait_for(left) if s.attributes.get("http.response.status_code") == 499)
     events = {event.name: event for event in gone.events}
     assert set(events) == {"scorekit.disconnect", "scorekit.work_dropped"}
     assert events["scorekit.work_dropped"].attributes == {"scorekit.reason": "client_left", "scorekit.items": 3}
@@ -263,43 +273,25 @@ def test_a_disconnect_observer_that_fails_does_not_stop_the_cancellation(
         added(self, name, *args, **kwargs)
 
     monkeypatch.setattr(SdkSpan, "add_event", failing)
-    app = create_app(traced(receiver, engine=TOGETHER))
-    with serve(app) as live:
-        engine = app.engine
-        assert engine is not None
-        held = Held(engine, monkeypatch)
-        first = post(live, {"input": "zero zero zero"}, "first")
-        assert held.entered.wait(30)
-        sock = live.send_json("/v1/embeddings", {"input": ["one", "two", "three"]})
-        assert wait_for(lambda: engine.snapshot().queued_items == 3)
-        sock.close()
-        assert wait_for(lambda: engine.snapshot().queued_items == 0)  # cancelled all the same
+    with held_server(receiver, monkeypatch) as (engine, held, live):
+        leave_while_queued(engine, live)  # cancelled all the same
         held.release.set()
-        first.join(60)
-        assert live.wait_load(0) == 0
+        assert live.wait_load(0, timeout=30) == 0
     assert held.batches == [1]
 
 
 def test_a_request_whose_deadline_passes_in_the_queue_is_a_server_error_span_with_its_dropped_work(
     receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = create_app(traced(receiver, engine=TOGETHER))
-    with serve(app) as live:
-        engine = app.engine
-        assert engine is not None
-        held = Held(engine, monkeypatch)
-        first = post(live, {"input": "zero zero zero"}, "first")
-        assert held.entered.wait(30)
+    with held_server(receiver, monkeypatch) as (_, _, live):
         status, _, raw = live.request(
             "POST",
             "/v1/embeddings",
             {"input": ["one", "two"]},
             headers={"x-request-id": "late", "X-Request-Timeout": "0.2"},
         )
-        held.release.set()
-        first.join(60)
-        assert status == 503, raw
-        span = request_span(receiver, "late", children=("decode", "tokenize", "queue"))
+    assert status == 503, raw
+    span = request_span(receiver, "late", children=("decode", "tokenize", "queue"))
     assert span.attributes["http.response.status_code"] == 503
     assert span.status == StatusCode.ERROR
     (dropped,) = [event for event in span.events if event.name == "scorekit.work_dropped"]
