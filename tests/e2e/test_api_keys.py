@@ -58,7 +58,7 @@ def test_a_request_without_a_right_key_gets_401_and_does_no_work(keyed_app: Scor
             assert status == 401, (path, headers)
             assert answer["www-authenticate"] == "Bearer"
             assert raw == b'{"error":{"message":"Unauthorized","type":"UnauthorizedError","param":null,"code":401}}'
-    assert keyed.load() == 0
+    assert keyed.wait_load(0) == 0
     assert _items(keyed_app) == before
 
 

@@ -200,7 +200,7 @@ def test_generative_scoring_on_a_bi_encoder_is_404_as_vllm(minilm: Live) -> None
 def test_service_endpoints(minilm: Live) -> None:
     status, _headers, raw = minilm.request("GET", "/health")
     assert status == 200 and raw == b""
-    assert minilm.load() == 0
+    assert minilm.wait_load(0) == 0
     _, models = minilm.json("GET", "/v1/models")
     assert models["object"] == "list" and models["data"][0]["id"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert models["data"][0]["max_model_len"] == 256
