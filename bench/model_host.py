@@ -22,13 +22,9 @@ Figures are medians over the rounds; the full run writes ``bench/results/model-h
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -36,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from bench.corpus import rerank_set
 from bench.driver import loadgen, write_spec
-from bench.servers import ROOT, Server, running, spawn_scorekit
+from bench.servers import Server, running, spawn_scorekit
+from bench.standalone import run_tool
 
 if TYPE_CHECKING:
     from bench.rawforward import Ceiling
@@ -228,30 +225,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = SMOKE if args.smoke else FULL
     if args.rounds:
         sizes = replace(sizes, rounds=args.rounds)
-    out = args.out or (Path(tempfile.mkdtemp(prefix="bench-smoke-")) if args.smoke else ROOT / "bench" / "results")
-    work = Path(tempfile.mkdtemp(prefix="bench-work-"))
-
-    def log(text: str) -> None:
-        print(text, file=sys.stderr, flush=True)
-
-    started = time.perf_counter()
-    loadavg = list(os.getloadavg())
-    try:
-        result = run(sizes, args.device, args.model, work, log)
-    except BaseException:
-        log(f"[model_host] failed; server logs are in {work}")
-        raise
-    result.update(loadavg_start=loadavg, loadavg_end=list(os.getloadavg()), wall_seconds=time.perf_counter() - started)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / ("model-host.json" if args.model == "near-free" else f"model-host-{args.model}.json")
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(table(result))
-    print(f"\nresults: {path}  wall {result['wall_seconds']:.0f}s")
-    if args.keep_work:
-        print(f"server logs and the model: {work}")
-    else:
-        shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return run_tool(
+        "model_host",
+        lambda work, log: run(sizes, args.device, args.model, work, log),
+        smoke=args.smoke,
+        out=args.out,
+        filename="model-host.json" if args.model == "near-free" else f"model-host-{args.model}.json",
+        table=table,
+        keep_work=args.keep_work,
+        kept="server logs and the model",
+    )
 
 
 if __name__ == "__main__":

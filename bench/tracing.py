@@ -46,12 +46,9 @@ import contextlib
 import gc
 import json
 import os
-import platform
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -65,6 +62,7 @@ from typing import IO, Any
 from bench.corpus import trivial_body
 from bench.driver import loadgen, write_spec
 from bench.servers import HOST, ROOT, Server, child_env, free_port, running, spawn_command
+from bench.standalone import run_tool
 
 NEAR_FREE = "near-free"
 # What each request sends: its method, path and JSON body (None: no body).
@@ -550,13 +548,6 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
 def worker_main(near_free: str) -> int:
     import scorekit
 
@@ -585,39 +576,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = SMOKE if args.smoke else FULL
     if args.rounds:
         sizes = replace(sizes, rounds=args.rounds)
-    out = args.out or (Path(tempfile.mkdtemp(prefix="bench-smoke-")) if args.smoke else ROOT / "bench" / "results")
-    work = Path(tempfile.mkdtemp(prefix="bench-work-"))
-
-    def log(text: str) -> None:
-        print(text, file=sys.stderr, flush=True)
-
-    started = time.perf_counter()
-    loadavg = list(os.getloadavg())
-    try:
-        result = run(sizes, args.protocol, args.baseline, work, log)
-    except BaseException:
-        log(f"[tracing] failed; server and worker logs are in {work}")
-        raise
-    result["machine"] = {
-        "nproc": os.cpu_count(),
-        "cpu": cpu_model(),
-        "python": platform.python_version(),
-        "loadavg_start": loadavg,
-        "loadavg_end": list(os.getloadavg()),
-    }
-    result["wall_seconds"] = time.perf_counter() - started
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "tracing.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(table(result))
-    end = result["machine"]["loadavg_end"][0]
-    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-    print(f"\nresults: {shown}  wall {result['wall_seconds']:.0f}s  load average {loadavg[0]:.2f} -> {end:.2f}")
-    if args.keep_work:
-        print(f"server and worker logs: {work}")
-    else:
-        shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return run_tool(
+        "tracing",
+        lambda work, log: run(sizes, args.protocol, args.baseline, work, log),
+        smoke=args.smoke,
+        out=args.out,
+        filename="tracing.json",
+        table=table,
+        keep_work=args.keep_work,
+        kept="server and worker logs",
+    )
 
 
 if __name__ == "__main__":
