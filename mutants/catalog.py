@@ -1606,6 +1606,22 @@ MUTANTS: tuple[Mutant, ...] = (
         "        return cls(path, row)",
         (_BOARD + "test_attach_takes_rows_0_to_ROWS_less_one",),
     ),
+    Mutant(
+        "K09",
+        "scorekit/load.py",
+        "the board's lock locks nothing: two front ends can both spend the last of one quota",
+        "        fcntl.flock(self._fd, fcntl.LOCK_EX)\n        self._holding = True\n",
+        "        self._holding = True\n",
+        (_BOARD + "test_the_boards_lock_is_held_by_one_process_at_a_time",),
+    ),
+    Mutant(
+        "K10",
+        "scorekit/load.py",
+        "a column's total counts the shared row's word too (a quota bucket's time, in nanoseconds)",
+        "    return sum(counts[column : ROWS * COLUMNS : COLUMNS])",
+        "    return sum(counts[column::COLUMNS])",
+        (_BOARD + "test_the_shared_row_is_every_front_ends_and_no_counters",),
+    ),
     # (end of K)
     # -- several front-end processes: the supervisor, its flag, the host they join (P) -----------------------
     Mutant(
@@ -3342,8 +3358,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "G26",
         "scorekit/middleware/quota.py",
         "a quota bucket fills past a minute's worth while its key is idle",
-        "self._level = min(self.limit, self._level + (now - self._at) * self._rate)",
-        "self._level = self._level + (now - self._at) * self._rate",
+        "full_at = max(self._state.read(), now) + units * self._refill_seconds",
+        "full_at = self._state.read() + units * self._refill_seconds",
         (_SHARE + "::test_a_quota_bucket_holds_a_minutes_worth_and_no_more",),
     ),
     Mutant(
@@ -3377,6 +3393,30 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if not given:\n        return key\n",
         "    if given:\n        return line.strip()\n",
         (_SHARE + "::test_the_key_file_gives_each_key_a_name_a_weight_and_quotas",),
+    ),
+    Mutant(
+        "G31",
+        "scorekit/app.py",
+        "with --api-processes N each front end keeps its own buckets: a key gets up to N times its quota",
+        "            board = None if group is None else group.board  # the quotas hold over every front end\n",
+        "            board = None\n",
+        (_FRONT_ENDS + "test_a_keys_quotas_hold_over_every_front_end_together",),
+    ),
+    Mutant(
+        "G32",
+        "scorekit/middleware/quota.py",
+        "a bucket's last unit is refused when its refill times add up to a float's last bit over a minute",
+        "if full_at - now <= WINDOW + _SLACK:",
+        "if full_at - now <= WINDOW:",
+        (_SHARE + "::test_a_bucket_holds_exactly_its_limit_at_once_and_not_one_more",),
+    ),
+    Mutant(
+        "G33",
+        "scorekit/middleware/quota.py",
+        "every key's bucket is one word of the board: a key spends another's quota",
+        'state = None if board is None else SharedState(board, f"quota:{what}:{place}")',
+        'state = None if board is None else SharedState(board, f"quota:{what}")',
+        (_SHARE + "::test_two_front_ends_take_from_one_bucket_per_key",),
     ),
     # (end of G)
     # -- integration mends -------------------------------------------------------------------------------------

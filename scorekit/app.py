@@ -97,7 +97,8 @@ class ScorekitApp:
         for cls, args, kwargs in reversed(middleware):
             stack = cls(stack, *args, **kwargs)
         if settings.api_keys:
-            stack = ApiKeyGate(stack, keys=settings.keys, route_of=router.route_of)
+            board = None if group is None else group.board  # the quotas hold over every front end
+            stack = ApiKeyGate(stack, keys=settings.keys, route_of=router.route_of, board=board)
         stack = Usage(stack)
         if settings.allowed_origins:
             stack = JsonCORS(

@@ -8,6 +8,10 @@ every front end maps, one row per front end and one column per counter. A proces
 no lock is taken on the hot path and no increment is lost; a reader sums the column, which is the exact count
 over every front end at that instant (each row is exact; no share is estimated). The supervisor clears a dead
 front end's row: its requests died with its connections. In one process the cells are plain integers.
+
+Below the front ends' rows the board has one row more, of words that every front end reads and writes (a key's
+quota bucket, ``middleware/quota.py``): each is changed under the board's file lock (:meth:`Board.locked`), so
+two front ends never both spend what one bucket held. No front end's death clears them.
 """
 
 from __future__ import annotations
@@ -15,14 +19,17 @@ from __future__ import annotations
 import fcntl
 import mmap
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
-# The board's layout: a table of column names, then the rows of 8-byte counters.
+# The board's layout: a table of column names, then the front ends' rows of 8-byte counters, then the shared row.
 COLUMNS = 512
 ROWS = 64
 NAME_BYTES = 256  # a counter is named by its kind and a served model name: a hub id runs past 100 bytes
 _NAMES = COLUMNS * NAME_BYTES
+_SIZE = _NAMES + (ROWS + 1) * COLUMNS * 8
 
 
 class Cell(Protocol):
@@ -73,15 +80,16 @@ class Board:
         self.path = path
         self.row = row
         self._fd = os.open(path, os.O_RDWR)
-        self._map = mmap.mmap(self._fd, _NAMES + ROWS * COLUMNS * 8)
+        self._map = mmap.mmap(self._fd, _SIZE)
         self._counts = memoryview(self._map)[_NAMES:].cast("q")
         self._columns: dict[str, int] = {}
+        self._holding = False  # this process holds the file lock (:meth:`locked`)
 
     @classmethod
     def create(cls, path: Path) -> Board:
         """A new board, every count zero; the creator has no row (it reads and clears)."""
         with path.open("wb") as file:
-            file.truncate(_NAMES + ROWS * COLUMNS * 8)
+            file.truncate(_SIZE)
         return cls(path, None)
 
     @classmethod
@@ -94,6 +102,25 @@ class Board:
         if self.row is None:
             raise RuntimeError("the board's creator has no row to count in")
         return SharedCell(self._counts, self.row, self._column(name))
+
+    def shared(self, name: str) -> SharedWord:
+        """The word ``name`` of the shared row: read and written by every front end, under :meth:`locked`."""
+        return SharedWord(self._counts, ROWS * COLUMNS + self._column(name))
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """The board's file lock, held by one process at a time: a shared word's read and write, together. A
+        counter named while it is held (its column claimed) keeps it held."""
+        if self._holding:
+            yield
+            return
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def totals(self, prefix: str) -> dict[str, int]:
         """Every counter whose name starts with ``prefix`` and is not zero, by the rest of its name: summed over
@@ -121,8 +148,7 @@ class Board:
         encoded = name.encode()
         if not 0 < len(encoded) < NAME_BYTES or "\0" in name:  # NUL pads the names' table
             raise ValueError(f"a board's counter name takes 1 to {NAME_BYTES - 1} bytes, none NUL: {name!r}")
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        try:
+        with self.locked():  # the one flock of this descriptor: not let go early if the caller holds it
             named = self._named()
             column = named.get(name)
             if column is None:
@@ -130,8 +156,6 @@ class Board:
                     raise ValueError(f"the board's {COLUMNS} counters are all named")
                 column = len(named)  # columns are claimed in order, never freed
                 self._map[column * NAME_BYTES : column * NAME_BYTES + len(encoded)] = encoded
-        finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
         self._columns[name] = column
         return column
 
@@ -155,7 +179,24 @@ def _checked(row: int) -> int:
 
 
 def _column_sum(counts: memoryview, column: int) -> int:
-    return sum(counts[column::COLUMNS])
+    return sum(counts[column : ROWS * COLUMNS : COLUMNS])  # the front ends' rows, not the shared one
+
+
+class SharedWord:
+    """One word of a board's shared row; read and written under the board's lock (``Board.locked``)."""
+
+    __slots__ = ("_at", "_counts")
+
+    def __init__(self, counts: memoryview, at: int) -> None:
+        self._counts, self._at = counts, at
+
+    @property
+    def value(self) -> int:
+        return int(self._counts[self._at])
+
+    @value.setter
+    def value(self, value: int) -> None:
+        self._counts[self._at] = value
 
 
 class SharedCell:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 from scorekit.asgi import ASGIApp, Receive, Scope, Send
 from scorekit.http import HTTPError, send_response
+from scorekit.load import Board
 from scorekit.middleware.quota import KeyQuotas
 from scorekit.routing import Route
 from scorekit.settings import ApiKey
@@ -30,12 +31,23 @@ _UNAUTHORIZED = HTTPError(401, "Unauthorized", headers=[(b"www-authenticate", b"
 
 
 class ApiKeyGate:
-    def __init__(self, app: ASGIApp, *, keys: Sequence[ApiKey], route_of: Callable[[Scope], Route | None]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        keys: Sequence[ApiKey],
+        route_of: Callable[[Scope], Route | None],
+        board: Board | None = None,
+    ) -> None:
+        """With a ``board`` (a front end of ``--api-processes N``), the keys' quotas are the board's: one for all."""
         if not keys or not all(key.key for key in keys):
             raise ValueError("ApiKeyGate needs at least one key, and no empty key")
         self.app = app
         self._keys = tuple(_digest(key.key.encode()) for key in keys)
-        self._quotas = {digest: KeyQuotas(key) for digest, key in zip(self._keys, keys, strict=True)}
+        self._quotas = {
+            digest: KeyQuotas(key, place=place, board=board)
+            for place, (digest, key) in enumerate(zip(self._keys, keys, strict=True))
+        }
         self._route_of = route_of
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

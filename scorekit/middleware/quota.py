@@ -9,8 +9,11 @@ HTTP" (draft-ietf-httpapi-ratelimit-headers-06): ``RateLimit-Limit`` (the bucket
 (``LIMIT;w=60``). A request the key's item quota can never hold (more model inputs than a minute's worth) is a
 400 at once, not a 429 that would have it retried forever.
 
-The buckets live in the process that serves the request: with ``--api-processes N``, each front end keeps its own
-(docs/configuration.md). They are read and written on the event loop only.
+A bucket is kept as the one time it will be full again (the generic cell rate algorithm's form of a token bucket):
+a take moves that time on by the units' refill time, and is refused when it would move past a minute from now.
+With ``--api-processes N`` that time is a word on the front ends' shared board (``load.Board.shared``), read and
+moved under the board's lock, so a key's quota holds over every front end together, whichever its connections
+reach; in one process it is a float. Either way it is read and written on the event loop only.
 """
 
 from __future__ import annotations
@@ -18,47 +21,97 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from functools import partial
+from typing import Protocol
 
 from scorekit.http import HTTPError
+from scorekit.load import Board
 from scorekit.settings import ApiKey
 from scorekit.ticket import Ticket
 
 WINDOW = 60.0  # seconds: the quotas are per minute
+# Rounding slack on "a minute's worth": n takes of 60/n seconds each add up to 60 s give or take a float's last bit.
+_SLACK = 1e-6
 # The draft's fields, in the order an answer carries them.
 RATE_LIMIT_HEADERS = ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset", "ratelimit-policy")
+
+
+class BucketState(Protocol):
+    """Where a bucket keeps the time (on the clock it is given) at which it is full again."""
+
+    def held(self) -> AbstractContextManager[object]:
+        """Held around a read and the write that follows it."""
+        ...
+
+    def read(self) -> float: ...
+
+    def write(self, full_at: float) -> None: ...
+
+
+class LocalState:
+    """A bucket of this process alone."""
+
+    def __init__(self) -> None:
+        self._full_at = 0.0  # long past: a new bucket is full
+
+    def held(self) -> AbstractContextManager[object]:
+        return nullcontext()
+
+    def read(self) -> float:
+        return self._full_at
+
+    def write(self, full_at: float) -> None:
+        self._full_at = full_at
+
+
+class SharedState:
+    """A bucket every front end of a server takes from: a word of nanoseconds on their board, under its lock."""
+
+    def __init__(self, board: Board, name: str) -> None:
+        self._board = board
+        self._word = board.shared(name)
+
+    def held(self) -> AbstractContextManager[object]:
+        return self._board.locked()
+
+    def read(self) -> float:
+        return self._word.value / 1e9
+
+    def write(self, full_at: float) -> None:
+        self._word.value = round(full_at * 1e9)
 
 
 class TokenBucket:
     """``limit`` units a minute, refilled continuously, holding at most ``limit``."""
 
-    def __init__(self, limit: int, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, limit: int, *, clock: Callable[[], float] = time.monotonic, state: BucketState | None = None
+    ) -> None:
         self.limit = limit
-        self._rate = limit / WINDOW
-        self._level = float(limit)
+        self._refill_seconds = WINDOW / limit  # one unit's
         self._clock = clock
-        self._at = clock()
+        self._state: BucketState = LocalState() if state is None else state
 
     def take(self, units: int) -> float:
         """Take ``units`` if the bucket holds them and answer 0; else take nothing and answer the seconds until it
         will hold them."""
-        self._refill()
-        if units <= self._level:
-            self._level -= units
-            return 0.0
-        return (units - self._level) / self._rate
+        with self._state.held():
+            now = self._clock()
+            full_at = max(self._state.read(), now) + units * self._refill_seconds
+            if full_at - now <= WINDOW + _SLACK:
+                self._state.write(full_at)
+                return 0.0
+            return full_at - now - WINDOW
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         """The bucket as the draft's fields say it."""
-        self._refill()
-        reset = math.ceil((self.limit - self._level) / self._rate)
-        values = (self.limit, math.floor(self._level), reset, f"{self.limit};w={WINDOW:g}")
+        with self._state.held():
+            full_at = self._state.read()
+        until_full = max(full_at - self._clock(), 0.0)
+        level = max((WINDOW - until_full) / self._refill_seconds, 0.0)
+        values = (self.limit, math.floor(level + _SLACK), math.ceil(until_full - _SLACK), f"{self.limit};w={WINDOW:g}")
         return [(name.encode(), str(value).encode()) for name, value in zip(RATE_LIMIT_HEADERS, values, strict=True)]
-
-    def _refill(self) -> None:
-        now = self._clock()
-        self._level = min(self.limit, self._level + (now - self._at) * self._rate)
-        self._at = now
 
 
 def too_many(bucket: TokenBucket, wait: float, what: str) -> HTTPError:
@@ -84,11 +137,22 @@ class KeyQuotas:
     """One API key's part in scheduling: its name and weight, which a request of it writes on its ticket, and its
     quota buckets (requests, taken at the gate; model inputs, taken by the engine when it admits the request)."""
 
-    def __init__(self, key: ApiKey, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, key: ApiKey, *, place: int = 0, board: Board | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        """``place`` is the key's among the server's keys (every front end has them in one order): with a
+        ``board``, its buckets are the board's words of that place."""
         self.name = key.name or ""
         self.weight = key.weight
-        self.requests = None if key.requests_per_minute is None else TokenBucket(key.requests_per_minute, clock=clock)
-        self.items = None if key.items_per_minute is None else TokenBucket(key.items_per_minute, clock=clock)
+
+        def bucket(limit: int | None, what: str) -> TokenBucket | None:
+            if limit is None:
+                return None
+            state = None if board is None else SharedState(board, f"quota:{what}:{place}")
+            return TokenBucket(limit, clock=clock, state=state)
+
+        self.requests = bucket(key.requests_per_minute, "requests")
+        self.items = bucket(key.items_per_minute, "items")
 
     def admit(self, ticket: Ticket) -> HTTPError | None:
         """A request of this key: its ticket named for the key and one request taken from its quota; the answer

@@ -51,10 +51,17 @@ class Group:
 
     def ask(self, method: str, path: str, body: Any = None) -> tuple[int, int, bytes]:
         """One request on a fresh keep-alive connection: the front end that answered, the status and the body."""
+        pid, status, _, raw = self.ask_with(method, path, body)
+        return pid, status, raw
+
+    def ask_with(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, int, dict[str, str], bytes]:
+        """:meth:`ask` with ``headers`` sent, and the answer's headers too."""
         with self.live.connect(30) as sock:
-            sock.sendall(_request(method, path, body))
-            status, _, raw = read_response(sock)
-            return owner(sock, self.front_ends), status, raw
+            sock.sendall(_request(method, path, body, headers or {}))
+            status, answer, raw = read_response(sock)
+            return owner(sock, self.front_ends), status, answer, raw
 
     def from_both(self, ask: Callable[[], tuple[int, Any]]) -> dict[int, Any]:
         """``ask`` (which returns the front end that answered, and what) until both front ends have answered."""
@@ -115,15 +122,16 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return found
 
 
-def _request(method: str, path: str, body: Any = None) -> bytes:
+def _request(method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> bytes:
     data = b"" if body is None else json.dumps(body).encode()
     head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    head += "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
     return (head + f"Content-Length: {len(data)}\r\n\r\n").encode() + data
 
 
 @contextmanager
-def _served(tmp_path: Path, model: Path) -> Iterator[Group]:
-    with scorekit_serve(tmp_path, f"tiny-ce={model}", *FLAGS) as (proc, live, log):
+def _served(tmp_path: Path, model: Path, *flags: str) -> Iterator[Group]:
+    with scorekit_serve(tmp_path, f"tiny-ce={model}", *FLAGS, *flags) as (proc, live, log):
         group = Group(proc, live, log)
         until(lambda: log_lines(log, "front-end processes (pids"), 60, "the two front ends never both served")
         yield group
@@ -297,3 +305,39 @@ def test_a_dead_host_fails_every_front_end_s_requests_and_the_server_exits_3(
     line = f"scorekit: error: the model host process of model 'tiny-ce' exited with status {-signal.SIGKILL}"
     assert log_lines(group.log, line) == [line], group.log.read_text()[-3000:]
     assert all(gone(pid) for pid in fronts)
+
+
+REQUESTS_QUOTA, ITEMS_QUOTA = 20, 20
+
+
+def test_a_keys_quotas_hold_over_every_front_end_together(cross_encoder_dir: Path, tmp_path: Path) -> None:
+    """A key's requests and items a minute are one bucket each for the whole server, not one per front end: the
+    quota's last unit is served whichever front end takes it, and one more is refused by either. (With a bucket
+    per front end, 20 requests would all go to one of the two only once in half a million runs.)"""
+    keys = tmp_path / "keys"
+    quotas = f"k-requests-8c1 requests_per_minute={REQUESTS_QUOTA}\nk-items-2f7 items_per_minute={ITEMS_QUOTA}\n"
+    keys.write_text(quotas)
+    with _served(tmp_path, cross_encoder_dir, "--api-key-file", str(keys)) as group:
+        by_requests = {"Authorization": "Bearer k-requests-8c1"}
+        answers = [group.ask_with("GET", "/v1/models", headers=by_requests) for _ in range(REQUESTS_QUOTA)]
+        assert [status for _, status, _, _ in answers] == [200] * REQUESTS_QUOTA
+        # Each answer says what is left of the one bucket, whichever front end gave it.
+        left = [int(headers["ratelimit-remaining"]) for _, _, headers, _ in answers]
+        assert left == list(range(REQUESTS_QUOTA - 1, -1, -1)), (left, [pid for pid, _, _, _ in answers])
+        refusals = group.from_both(lambda: _refused(group, "GET", "/v1/models", None, by_requests))
+        assert set(refusals.values()) == {"3 s"}  # one request refills in 60 / 20 s
+
+        by_items = {"Authorization": "Bearer k-items-2f7"}  # a tiny cross-encoder's rerank: one input a document
+        served = [group.ask_with("POST", "/rerank", RERANK, by_items) for _ in range(ITEMS_QUOTA // 2)]
+        assert [status for _, status, _, _ in served] == [200] * (ITEMS_QUOTA // 2), served[-1]
+        assert served[-1][2]["ratelimit-remaining"] == "0"
+        refusals = group.from_both(lambda: _refused(group, "POST", "/rerank", RERANK, by_items))
+        assert set(refusals.values()) == {"6 s"}  # two inputs refill in 2 * 60 / 20 s
+        group.proc.send_signal(signal.SIGTERM)
+        assert group.proc.wait(60) == 0, group.log.read_text()[-3000:]
+
+
+def _refused(group: Group, method: str, path: str, body: Any, headers: dict[str, str]) -> tuple[int, str]:
+    pid, status, answer, raw = group.ask_with(method, path, body, headers)
+    assert status == 429, (pid, status, raw)
+    return pid, f"{answer['retry-after']} s"

@@ -20,7 +20,8 @@ import pytest
 from scorekit.app import ScorekitApp, create_app
 from scorekit.cli import parse
 from scorekit.engine import Engine
-from scorekit.middleware.quota import TokenBucket
+from scorekit.load import Board
+from scorekit.middleware.quota import KeyQuotas, TokenBucket
 from scorekit.settings import DEFAULT_MODEL_NAME, ApiKey, EngineConfig, Settings
 from tests.cli.test_parsing import refused
 from tests.e2e.test_priority_and_deadlines import BLOCKER, Recorded, finished, post
@@ -139,12 +140,44 @@ def test_a_key_past_its_items_a_minute_gets_429_before_any_tokenizing(
 
 
 def test_a_quota_bucket_holds_a_minutes_worth_and_no_more() -> None:
-    clock = iter([0.0, 0.0, 600.0, 600.0, 610.0])
+    clock = iter([0.0, 600.0, 600.0, 610.0])  # one reading a take
     bucket = TokenBucket(3, clock=lambda: next(clock))
     assert bucket.take(3) == 0.0  # a fresh key may spend its whole minute at once
     assert bucket.take(4) == pytest.approx(20.0)  # ten idle minutes refill 3, never 4: 1 more in 20 s
     assert bucket.take(3) == 0.0
     assert bucket.take(1) == pytest.approx(10.0)  # 0.5 refilled in 10 s: 0.5 more takes 10 s
+
+
+@pytest.mark.parametrize("limit", [1, 3, 7, 60, 1000])
+def test_a_bucket_holds_exactly_its_limit_at_once_and_not_one_more(limit: int) -> None:
+    """Taken at one instant, ``limit`` single units all fit (their refill times add up to a minute, give or take a
+    float's last bit) and the next waits one unit's refill."""
+    bucket = TokenBucket(limit, clock=lambda: 1000.0)
+    assert [bucket.take(1) for _ in range(limit)] == [0.0] * limit
+    assert bucket.take(1) == pytest.approx(60 / limit)
+    assert dict(bucket.headers())[b"ratelimit-remaining"] == b"0"
+
+
+def test_two_front_ends_take_from_one_bucket_per_key(tmp_path: Path) -> None:
+    """A key's buckets on a board (``--api-processes``): what one front end takes, the other finds gone, and either
+    says the same in its headers; another key's bucket is its own."""
+    Board.create(tmp_path / "board").close()
+    first, second = Board.attach(tmp_path / "board", 0), Board.attach(tmp_path / "board", 1)
+    try:
+        keys = [ApiKey("k-a", requests_per_minute=3, items_per_minute=4), ApiKey("k-b", requests_per_minute=3)]
+        here = [KeyQuotas(key, place=n, board=first, clock=lambda: 50.0) for n, key in enumerate(keys)]
+        there = [KeyQuotas(key, place=n, board=second, clock=lambda: 50.0) for n, key in enumerate(keys)]
+        assert here[0].requests is not None and there[0].requests is not None and there[1].requests is not None
+        assert here[0].items is not None and there[0].items is not None
+        assert here[0].requests.take(2) == 0.0
+        assert dict(there[0].requests.headers())[b"ratelimit-remaining"] == b"1"
+        assert there[0].requests.take(1) == 0.0
+        assert here[0].requests.take(1) == pytest.approx(20.0)  # the bucket is spent on both
+        assert there[1].requests.take(3) == 0.0  # the other key's is whole
+        assert there[0].items.take(4) == 0.0 and here[0].items.take(1) == pytest.approx(15.0)
+    finally:
+        first.close()
+        second.close()
 
 
 def test_the_key_file_gives_each_key_a_name_a_weight_and_quotas(

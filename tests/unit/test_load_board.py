@@ -9,6 +9,7 @@ A second front end is a real process (``python -c``) that attaches the same file
 from __future__ import annotations
 
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -300,3 +301,54 @@ def test_a_drain_waits_for_its_own_requests_not_another_front_ends(path: Path) -
     finally:
         one.close()
         two.close()
+
+
+def test_the_shared_row_is_every_front_ends_and_no_counters(path: Path) -> None:
+    """A shared word (a quota bucket's) is one value every front end reads and writes, even the last row's and the
+    creator's; no column's total counts it, and clearing a front end's row leaves it."""
+    creator, one, last = Board(path, None), Board.attach(path, 0), Board.attach(path, ROWS - 1)
+    try:
+        one.cell("quota:requests:0").add(2)  # a counter of the same name, in a front end's row
+        with last.locked():
+            last.shared("quota:requests:0").value = 7_000_000_000
+        assert one.shared("quota:requests:0").value == creator.shared("quota:requests:0").value == 7_000_000_000
+        assert creator.totals("quota:") == {"requests:0": 2}
+        creator.clear(ROWS - 1)
+        creator.clear(0)
+        assert one.shared("quota:requests:0").value == 7_000_000_000 and creator.totals("quota:") == {}
+    finally:
+        for board in (creator, one, last):
+            board.close()
+
+
+def test_the_boards_lock_is_held_by_one_process_at_a_time(path: Path) -> None:
+    """While this process holds the lock, another front end's ``locked`` waits for it (a real process): it reads
+    nothing until the lock is let go, and then what was written under it."""
+    board = Board.attach(path, 0)
+    waiter = subprocess.Popen([sys.executable, "-c", LOCKER, str(path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert waiter.stdout is not None
+        with board.locked():
+            assert waiter.stdout.readline() == "waiting\n"
+            ready, _, _ = select.select([waiter.stdout], [], [], HELD_FOR)
+            assert not ready, "the other process read the shared word while this one held the lock"
+            board.shared("word").value = 1
+        assert waiter.stdout.readline() == "read 1\n"
+        assert waiter.wait(30) == 0
+    finally:
+        waiter.kill()
+        board.close()
+
+
+HELD_FOR = 0.5  # seconds the test holds the lock while the other process waits for it
+# Attaches the board at argv[1], says "waiting" and takes its lock (held by the test); once it has it, reads the
+# shared word: the test's write, made before it let go, must be there.
+LOCKER = """
+import sys
+from pathlib import Path
+from scorekit.load import Board
+board = Board.attach(Path(sys.argv[1]), 1)
+print("waiting", flush=True)
+with board.locked():
+    print("read", board.shared("word").value, flush=True)
+"""
