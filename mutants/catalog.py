@@ -1431,6 +1431,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if False:\n",
         ("tests/cli/test_ray_flags.py::test_bad_combinations_are_one_line",),
     ),
+    Mutant(
+        "C06",
+        "scorekit/deploy/ray.py",
+        "a local Ray instance keeps Serve's 5 s proxy ready check: on a busy machine serve.start fails",
+        "        os.environ.setdefault(*PROXY_READY_CHECK)\n",
+        "        pass\n",
+        ("tests/ray/test_ray_serve.py::test_the_instance_s_processes_wait_a_minute_for_a_proxy",),
+    ),
     # (end of C)
     # -- the model host process: its wire, the host and its client (H) -----------------------------------
     Mutant(

@@ -9,6 +9,7 @@ on the replica turns that into dropped work and a load back to 0 (docs/deploymen
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from typing import Any
@@ -24,6 +25,10 @@ from scorekit.settings import Settings
 logger = logging.getLogger("scorekit.deploy")
 
 STOP_MARGIN = 15.0  # seconds for Serve's own stop beyond the replicas' drain (the shutdown timeout)
+# Ray Serve kills a proxy that is not ready within this many seconds (5 by default), and ``serve.start`` then fails
+# with the proxy "cancelled before it started running": on a busy machine a new proxy process takes longer than
+# that to import. A local instance of scorekit's own waits a minute, as serve.start itself does.
+PROXY_READY_CHECK = ("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "60")
 
 
 class ScorekitReplica:
@@ -65,8 +70,7 @@ def run(settings: Settings, options: RayOptions, *, host: str, port: int, addres
     ``address`` None starts a local Ray instance (and stops it at the end); ``auto`` or ``ray://...`` joins
     a running cluster, where only this application is deleted at the end."""
     local = address is None
-    init: dict[str, Any] = {"include_dashboard": False} if local else {}
-    ray.init(address=address, **init)
+    init_ray(address, **({"include_dashboard": False} if local else {}))
     try:
         serve.start(http_options={"host": host, "port": port})
         serve.run(application(settings, options), name=options.name, route_prefix="/")
@@ -106,6 +110,14 @@ def _replicas(options: RayOptions) -> str:
     if scaling is None:
         return f"{options.replicas} replica(s)"
     return f"{scaling.min_replicas} to {scaling.max_replicas} replicas, autoscaled"
+
+
+def init_ray(address: str | None, **init: Any) -> None:
+    """``ray.init``; an instance it starts here (``address`` None or "local") has its processes inherit the proxy's
+    wider ready check (:data:`PROXY_READY_CHECK`; a value the environment has wins). A cluster joined keeps its own."""
+    if address in (None, "local"):
+        os.environ.setdefault(*PROXY_READY_CHECK)
+    ray.init(address=address, **init)
 
 
 def _wait_for_signal() -> None:

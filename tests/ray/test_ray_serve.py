@@ -30,7 +30,7 @@ serve = pytest.importorskip("ray.serve")
 
 from scorekit.app import create_app  # noqa: E402
 from scorekit.deploy.options import RayOptions  # noqa: E402
-from scorekit.deploy.ray import ScorekitReplica, application  # noqa: E402
+from scorekit.deploy.ray import PROXY_READY_CHECK, ScorekitReplica, application, init_ray  # noqa: E402
 from scorekit.deploy.replica import ReplicaApp  # noqa: E402
 from scorekit.settings import EngineConfig, Settings  # noqa: E402
 from tests.live import Live, free_port, wait_for  # noqa: E402
@@ -39,6 +39,7 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 REPLICAS = 2
+ENVIRONMENT_BEFORE = frozenset(os.environ)  # what the environment set before the cluster started
 DEPLOY_TIMEOUT = 180.0  # Ray's start plus two model loads, on a busy 2-core machine
 QUERY = "What is the capital of France?"
 DOCUMENTS = ["The capital of Brazil is Brasilia.", "The capital of France is Paris.", "Paris is in France."]
@@ -158,8 +159,8 @@ def cluster() -> Iterator[Cluster]:
         probe = free_port()
     cluster = Cluster(Live("127.0.0.1", port), [Live("127.0.0.1", probe + i) for i in range(REPLICAS)], temp_dir)
     try:
-        ray.init(
-            address="local",
+        init_ray(
+            "local",
             num_cpus=REPLICAS,
             include_dashboard=False,
             _node_ip_address="127.0.0.1",
@@ -185,6 +186,20 @@ def _healthy(live: Live) -> bool:
         return live.request("GET", "/health", timeout=2)[0] == 200
     except OSError:
         return False
+
+
+def test_the_instance_s_processes_wait_a_minute_for_a_proxy(cluster: Cluster) -> None:
+    """Serve's controller kills a proxy not ready within its ready check (5 s by default), which a busy machine's
+    new proxy process can take; the processes of an instance scorekit starts inherit the minute (a task there
+    reads it), unless the environment set its own."""
+    name, wanted = PROXY_READY_CHECK
+    assert os.environ.get(name) == wanted or name in ENVIRONMENT_BEFORE, os.environ.get(name)
+
+    @ray.remote(num_cpus=0)  # the replicas hold the instance's CPUs
+    def seen() -> str | None:
+        return os.environ.get(name)
+
+    assert ray.get(seen.remote(), timeout=120) == os.environ[name]
 
 
 def test_scores_through_the_ray_proxy_match_sentence_transformers(cluster: Cluster) -> None:
