@@ -1618,8 +1618,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "K09",
         "scorekit/load.py",
         "the board's lock locks nothing: two front ends can both spend the last of one quota",
-        "        fcntl.flock(self._fd, fcntl.LOCK_EX)\n        self._holding = True\n",
-        "        self._holding = True\n",
+        "            if self._depth == 0:\n                fcntl.flock(self._fd, fcntl.LOCK_EX)\n",
+        "            if self._depth == 0:\n                pass\n",
         (_BOARD + "test_the_boards_lock_is_held_by_one_process_at_a_time",),
     ),
     Mutant(
@@ -1629,6 +1629,14 @@ MUTANTS: tuple[Mutant, ...] = (
         "    return sum(counts[column : ROWS * COLUMNS : COLUMNS])",
         "    return sum(counts[column::COLUMNS])",
         (_BOARD + "test_the_shared_row_is_every_front_ends_and_no_counters",),
+    ),
+    Mutant(
+        "K11",
+        "scorekit/load.py",
+        "the board's lock is the file's alone: a second thread of the same front end takes it beside the first",
+        "        with self._threads:\n",
+        "        with threading.Lock():\n",
+        (_BOARD + "test_the_boards_lock_is_held_by_one_thread_at_a_time_and_re_entered",),
     ),
     # (end of K)
     # -- several front-end processes: the supervisor, its flag, the host they join (P) -----------------------

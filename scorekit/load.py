@@ -19,6 +19,7 @@ from __future__ import annotations
 import fcntl
 import mmap
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -83,7 +84,8 @@ class Board:
         self._map = mmap.mmap(self._fd, _SIZE)
         self._counts = memoryview(self._map)[_NAMES:].cast("q")
         self._columns: dict[str, int] = {}
-        self._holding = False  # this process holds the file lock (:meth:`locked`)
+        self._threads = threading.RLock()  # :meth:`locked`'s, for the threads of this process
+        self._depth = 0  # how deep this process is in :meth:`locked`
 
     @classmethod
     def create(cls, path: Path) -> Board:
@@ -109,18 +111,19 @@ class Board:
 
     @contextmanager
     def locked(self) -> Iterator[None]:
-        """The board's file lock, held by one process at a time: a shared word's read and write, together. A
-        counter named while it is held (its column claimed) keeps it held."""
-        if self._holding:
-            yield
-            return
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        self._holding = True
-        try:
-            yield
-        finally:
-            self._holding = False
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        """The board's file lock, held by one process at a time and, within it, one thread (a flock is the open
+        file's, which every thread of the process shares): a shared word's read and write, together. Re-entered
+        (a counter named while it is held), it is let go only by the outermost."""
+        with self._threads:
+            if self._depth == 0:
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def totals(self, prefix: str) -> dict[str, int]:
         """Every counter whose name starts with ``prefix`` and is not zero, by the rest of its name: summed over

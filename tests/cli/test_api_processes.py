@@ -307,13 +307,15 @@ def test_a_dead_host_fails_every_front_end_s_requests_and_the_server_exits_3(
     assert all(gone(pid) for pid in fronts)
 
 
-REQUESTS_QUOTA, ITEMS_QUOTA = 20, 20
+# Small quotas: one unit refills in 30 or 15 s, far longer than the test takes even on a loaded machine, so every count
+# below is exact.
+REQUESTS_QUOTA, ITEMS_QUOTA = 2, 4
 
 
 def test_a_keys_quotas_hold_over_every_front_end_together(cross_encoder_dir: Path, tmp_path: Path) -> None:
     """A key's requests and items a minute are one bucket each for the whole server, not one per front end: the
-    quota's last unit is served whichever front end takes it, and one more is refused by either. (With a bucket
-    per front end, 20 requests would all go to one of the two only once in half a million runs.)"""
+    quota is served whichever front ends take it, and then both front ends refuse the next. (With a bucket per
+    front end, at least one of the two would still have some of its own left.)"""
     keys = tmp_path / "keys"
     quotas = f"k-requests-8c1 requests_per_minute={REQUESTS_QUOTA}\nk-items-2f7 items_per_minute={ITEMS_QUOTA}\n"
     keys.write_text(quotas)
@@ -322,17 +324,16 @@ def test_a_keys_quotas_hold_over_every_front_end_together(cross_encoder_dir: Pat
         answers = [group.ask_with("GET", "/v1/models", headers=by_requests) for _ in range(REQUESTS_QUOTA)]
         assert [status for _, status, _, _ in answers] == [200] * REQUESTS_QUOTA
         # Each answer says what is left of the one bucket, whichever front end gave it.
-        left = [int(headers["ratelimit-remaining"]) for _, _, headers, _ in answers]
-        assert left == list(range(REQUESTS_QUOTA - 1, -1, -1)), (left, [pid for pid, _, _, _ in answers])
+        assert [headers["ratelimit-remaining"] for _, _, headers, _ in answers] == ["1", "0"]
         refusals = group.from_both(lambda: _refused(group, "GET", "/v1/models", None, by_requests))
-        assert set(refusals.values()) == {"3 s"}  # one request refills in 60 / 20 s
+        assert set(refusals.values()) == {"30 s"}  # one request refills in 60 / 2 s
 
         by_items = {"Authorization": "Bearer k-items-2f7"}  # a tiny cross-encoder's rerank: one input a document
         served = [group.ask_with("POST", "/rerank", RERANK, by_items) for _ in range(ITEMS_QUOTA // 2)]
         assert [status for _, status, _, _ in served] == [200] * (ITEMS_QUOTA // 2), served[-1]
-        assert served[-1][2]["ratelimit-remaining"] == "0"
+        assert [headers["ratelimit-remaining"] for _, _, headers, _ in served] == ["2", "0"]
         refusals = group.from_both(lambda: _refused(group, "POST", "/rerank", RERANK, by_items))
-        assert set(refusals.values()) == {"6 s"}  # two inputs refill in 2 * 60 / 20 s
+        assert set(refusals.values()) == {"30 s"}  # two inputs refill in 2 * 60 / 4 s
         group.proc.send_signal(signal.SIGTERM)
         assert group.proc.wait(60) == 0, group.log.read_text()[-3000:]
 

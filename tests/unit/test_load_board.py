@@ -13,6 +13,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -337,6 +338,39 @@ def test_the_boards_lock_is_held_by_one_process_at_a_time(path: Path) -> None:
         assert waiter.wait(30) == 0
     finally:
         waiter.kill()
+        board.close()
+
+
+def test_the_boards_lock_is_held_by_one_thread_at_a_time_and_re_entered(path: Path) -> None:
+    """A flock is the open file's, shared by the process's threads: a second thread still waits for the first, and
+    the lock re-entered (a counter named under it) is let go only by the outermost block."""
+    board = Board.attach(path, 0)
+    holding, release, entered = threading.Event(), threading.Event(), threading.Event()
+
+    def first() -> None:
+        with board.locked():
+            with board.locked():
+                board.cell("named under the lock")
+            holding.set()  # still held here, after the inner block
+            assert release.wait(30)
+
+    def second() -> None:
+        assert holding.wait(30)
+        with board.locked():
+            entered.set()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    try:
+        for thread in threads:
+            thread.start()
+        assert holding.wait(30)
+        assert not entered.wait(HELD_FOR), "a second thread took the lock while the first held it"
+        release.set()
+        assert entered.wait(30)
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join(30)
         board.close()
 
 
