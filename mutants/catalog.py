@@ -4042,4 +4042,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "                    finally:\n                        pass\n",
         (_TRACES + "test_a_disconnect_observer_that_fails_does_not_stop_the_cancellation[grpc]",),
     ),
+    Mutant(
+        "A16",
+        TRACING,
+        "a stage's span is an error for a client's fault too (a body that cannot be decoded, an input too long)",
+        "                if not isinstance(exc, client_errors):\n",
+        "                if True:\n",
+        (_TRACES + "test_a_stage_s_span_is_an_error_for_the_server_s_fault_not_the_client_s[grpc]",),
+    ),
+    Mutant(
+        "A17",
+        TRACING,
+        "a stage that fails on the server's side leaves its span unset",
+        '                    child.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))\n',
+        "                    pass\n",
+        (_TRACES + "test_a_stage_s_span_is_an_error_for_the_server_s_fault_not_the_client_s[grpc]",),
+    ),
 )

@@ -278,7 +278,11 @@ class Engine:
         with self.admit():
             self._take_quota(ticket, plan.count)
             try:
-                with tracing.span("tokenize", {"scorekit.inputs": plan.count, "scorekit.characters": plan.chars}):
+                with tracing.span(
+                    "tokenize",
+                    {"scorekit.inputs": plan.count, "scorekit.characters": plan.chars},
+                    client_errors=(InvalidRequest,),  # too long, or a truncation past the model's (400s)
+                ):
                     encoding = await self.prepare(plan.encode, chars=plan.chars)
             except InputTooLong as exc:  # its places say where it is in the request; the route names them
                 raise self._rejected("too_long", exc) from None

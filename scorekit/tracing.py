@@ -23,8 +23,8 @@ from __future__ import annotations
 import contextvars
 import os
 import time
-from collections.abc import Iterable, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 from urllib.parse import urlsplit, urlunsplit
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from scorekit.settings import Settings
 
 TraceProtocol = Literal["grpc", "http/protobuf"]
+# Exceptions a stage raises for the request's own fault (a 4xx): its span is not marked as an error for them.
+ClientErrors = tuple[type[Exception], ...]
 PROTOCOLS: tuple[TraceProtocol, ...] = get_args(TraceProtocol)
 DEFAULT_PROTOCOL: TraceProtocol = "grpc"  # vLLM's and TEI's
 DEFAULT_SERVICE_NAME = "scorekit"
@@ -169,12 +171,22 @@ class RequestTrace:
         context = span.get_span_context()
         self.ref: TraceRef | None = _ref(context.trace_id, context.span_id) if span.is_recording() else None
 
-    def child(self, name: str, attributes: Mapping[str, Any] | None = None) -> AbstractContextManager[Any]:
-        """A child span for the block; an exception that escapes it marks the span's status as an error."""
-        from opentelemetry.trace import use_span
+    @contextmanager
+    def child(
+        self, name: str, attributes: Mapping[str, Any] | None = None, client_errors: ClientErrors = ()
+    ) -> Iterator[Any]:
+        """A child span for the block. An exception that escapes it marks the span's status as an error, unless it
+        is one of ``client_errors``: the request's own fault, answered 4xx, as the request's span leaves it unset."""
+        from opentelemetry.trace import Status, StatusCode, use_span
 
         child = self.tracer.start_span(name, context=self.context, attributes=attributes)
-        return use_span(child, end_on_exit=True, record_exception=False)
+        with use_span(child, end_on_exit=True, record_exception=False, set_status_on_exception=False):
+            try:
+                yield child
+            except Exception as exc:
+                if not isinstance(exc, client_errors):
+                    child.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                raise
 
     def event(self, name: str, attributes: Mapping[str, Any] | None = None) -> None:
         self.span.add_event(name, attributes=attributes)
@@ -234,12 +246,15 @@ def closed(token: contextvars.Token[RequestTrace | None]) -> None:
     _CURRENT.reset(token)
 
 
-def span(name: str, attributes: Mapping[str, Any] | None = None) -> AbstractContextManager[Any]:
-    """A child span of the current request's for the block; with no current trace, a shared no-op."""
+def span(
+    name: str, attributes: Mapping[str, Any] | None = None, client_errors: ClientErrors = ()
+) -> AbstractContextManager[Any]:
+    """A child span of the current request's for the block (``client_errors`` as :meth:`RequestTrace.child` takes
+    them); with no current trace, a shared no-op."""
     trace = _CURRENT.get()
     if trace is None or trace.ref is None:
         return _OFF
-    return trace.child(name, attributes)
+    return trace.child(name, attributes, client_errors)
 
 
 def event(name: str, attributes: Mapping[str, Any] | None = None) -> None:

@@ -134,6 +134,10 @@ def _chosen(choose: Choose, body: bytes) -> tuple[type[msgspec.Struct], msgspec.
         return kind, None
 
 
+# What a body that cannot be taken raises while it is decoded: the client's fault, answered 400 below.
+_NOT_DECODED = (msgspec.ValidationError, msgspec.DecodeError, RecursionError)
+
+
 async def _decode(request: Request, parse: Callable[[bytes], T], parsed_in_handler: bool) -> T:
     """``parse`` run on the body: inline when small, else in a thread once the server's
     :class:`~scorekit.api.decoding.DecodeBudget` has room for it; a body that cannot be taken is a 400."""
@@ -144,7 +148,7 @@ async def _decode(request: Request, parse: Callable[[bytes], T], parsed_in_handl
         raise HTTPError(400, "Unsupported Media Type: Only 'application/json' is allowed", error_type="Bad Request")
     body = request.body
     try:
-        with tracing.span("decode", {"scorekit.body_bytes": len(body)}):
+        with tracing.span("decode", {"scorekit.body_bytes": len(body)}, client_errors=_NOT_DECODED):
             return await _parsed(request, parse, body)
     except msgspec.ValidationError as exc:
         message = str(exc)

@@ -328,6 +328,40 @@ def test_a_batch_the_model_fails_on_is_an_error_span_under_a_500(
     assert refused.status == StatusCode.UNSET
 
 
+def test_a_stage_s_span_is_an_error_for_the_server_s_fault_not_the_client_s(
+    receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A body that cannot be decoded and an input too long are the client's (400s): their decode and tokenize spans
+    stay unset, as the request's does. A tokenizing that fails on the server's side (a 500) is an error span."""
+    app = create_app(traced(receiver))
+    with serve(app) as live:
+        engine = app.engine
+        assert engine is not None
+        bad = live.request("POST", "/v1/embeddings", {"inputs": 1}, headers={"x-request-id": "bad-body"})
+        long = {"query": "q", "documents": ["word " * 400]}
+        too_long = live.request("POST", "/rerank", long, headers={"x-request-id": "too-long"})
+        assert (bad[0], too_long[0]) == (400, 400), (bad, too_long)
+
+        async def broken(*args: object, **kwargs: object) -> None:
+            raise RuntimeError("the tokenizer broke")
+
+        monkeypatch.setattr(engine, "prepare", broken)
+        failed = live.request("POST", "/rerank", {"query": "q", "documents": ["d"]}, headers={"x-request-id": "broke"})
+        assert failed[0] == 500, failed
+        spans = {
+            request_id: request_span(receiver, request_id, children=(child,))
+            for request_id, child in (("bad-body", "decode"), ("too-long", "tokenize"), ("broke", "tokenize"))
+        }
+
+    def stage(request_id: str, name: str) -> Span:
+        (child,) = [child for child in receiver.children_of(spans[request_id]) if child.name == name]
+        return child
+
+    assert stage("bad-body", "decode").status == spans["bad-body"].status == StatusCode.UNSET
+    assert stage("too-long", "tokenize").status == spans["too-long"].status == StatusCode.UNSET
+    assert stage("broke", "tokenize").status == spans["broke"].status == StatusCode.ERROR
+
+
 def test_the_batches_of_a_model_host_process_come_back_as_spans_with_their_links(receiver: OtlpReceiver) -> None:
     """With ``--model-host process`` the batches run in another process: each traced job's span crosses the wire
     down, and the batches it rode in come back with its answer."""
