@@ -3771,7 +3771,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if False:  # the settings' own",
         (
             _TRACE_CONFIG + "test_a_url_without_http_or_a_host_is_refused_from_the_variable_naming_it",
-            _TRACE_FLAGS + "test_a_bad_otel_endpoint_variable_is_one_line_naming_it",
+            _TRACE_FLAGS + "test_a_bad_endpoint_variable_is_one_line_naming_it",
         ),
     ),
     Mutant(
@@ -3782,7 +3782,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "                raise\n",
         (
             _TRACE_CONFIG + "test_a_url_without_http_or_a_host_is_refused_from_the_variable_naming_it",
-            _TRACE_FLAGS + "test_a_bad_otel_endpoint_variable_is_one_line_naming_it",
+            _TRACE_FLAGS + "test_a_bad_endpoint_variable_is_one_line_naming_it",
         ),
     ),
     Mutant(

@@ -59,20 +59,24 @@ def test_a_bad_endpoint_flag_is_one_line_naming_the_flag(
     assert repr(url) in line
 
 
+@pytest.mark.parametrize(
+    ("variable", "said"),
+    [
+        (
+            "SCOREKIT_OTLP_TRACES_ENDPOINT",
+            "environment variable SCOREKIT_OTLP_TRACES_ENDPOINT: expected the collector's http://",
+        ),
+        (
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: expected the collector's http:// or https:// URL",
+        ),
+    ],
+)
 def test_a_bad_endpoint_variable_is_one_line_naming_it(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    variable: str, said: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("SCOREKIT_OTLP_TRACES_ENDPOINT", "localhost:4317")
-    line = refused(["serve"], capsys)
-    assert "environment variable SCOREKIT_OTLP_TRACES_ENDPOINT: expected the collector's http://" in line
-
-
-def test_a_bad_otel_endpoint_variable_is_one_line_naming_it(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "localhost:4317")
-    line = refused(["serve"], capsys)
-    assert "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: expected the collector's http:// or https:// URL" in line
+    monkeypatch.setenv(variable, "localhost:4317")
+    assert said in refused(["serve"], capsys)
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
